@@ -1,0 +1,114 @@
+"""Gaussian MLP actor-critic for state observations.
+
+Input: ``obs["state"]`` (B, D) float32. Output actions (B, A): a diagonal Gaussian sample (state-
+independent log-std); the env adapter's bounds are applied by the runner when stepping (PPO sees the
+unclipped sample, stored in ``extras["action"]``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from robo_rl.contracts import ArraySpec, PolicyOutput
+from robo_rl.errors import ConfigError
+from robo_rl.rollout.normalize import RunningMeanStd
+
+_ACT = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    """Gaussian MLP actor-critic."""
+
+    name: str = "mlp"
+    """Registry name of the policy."""
+    hidden: tuple[int, ...] = (256, 256, 256)
+    """Hidden layer widths (shared by actor and critic, separate weights)."""
+    activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
+    """Hidden activation."""
+    init_log_std: float = -0.5
+    """Initial log standard deviation of the action Gaussian."""
+    normalize_obs: bool = True
+    """Keep running mean/std of the state and normalize inputs (saved with the weights)."""
+
+    def __post_init__(self) -> None:
+        if not self.hidden or any(h < 1 for h in self.hidden):
+            raise ConfigError(f"config key 'policy.hidden' = {list(self.hidden)} must be a non-empty list of positive ints")
+
+
+def mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        lin = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(lin.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if not last:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class GaussianHead(nn.Module):
+    """Shared Gaussian action/log-prob/entropy logic for actor-critics with a feature trunk."""
+
+    log_std: nn.Parameter
+
+    def _dist(self, mean: torch.Tensor) -> torch.distributions.Normal:
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def _act_from(self, mean: torch.Tensor, value: torch.Tensor, deterministic: bool) -> PolicyOutput:
+        dist = self._dist(mean)
+        action = mean if deterministic else dist.sample()
+        return PolicyOutput(actions=action, log_prob=dist.log_prob(action).sum(-1), value=value,
+                            extras={"action": action})
+
+    def _evaluate_from(self, mean: torch.Tensor, value: torch.Tensor, extras: dict[str, Any]) -> tuple:
+        dist = self._dist(mean)
+        return dist.log_prob(extras["action"]).sum(-1), dist.entropy().sum(-1), value
+
+    def reset(self, env_ids: Any = None) -> None:
+        """Stateless policy: nothing to clear."""
+
+
+class MLPActorCritic(GaussianHead):
+    """``Policy`` for state observations; see module docstring for shapes."""
+
+    Config = MLPConfig
+
+    def __init__(self, cfg: MLPConfig, obs_spec: dict[str, ArraySpec], action_spec: ArraySpec) -> None:
+        super().__init__()
+        if "state" not in obs_spec:
+            raise ConfigError(f"policy 'mlp' needs a 'state' observation; the env gives {sorted(obs_spec)}")
+        self.cfg = cfg
+        d = int(obs_spec["state"].shape[-1])
+        a = int(action_spec.shape[-1])
+        act = _ACT[cfg.activation]
+        self.obs_norm = RunningMeanStd((d,)) if cfg.normalize_obs else None
+        self.actor = mlp([d, *cfg.hidden, a], act, 0.01)
+        self.critic = mlp([d, *cfg.hidden, 1], act, 1.0)
+        self.log_std = nn.Parameter(torch.full((a,), cfg.init_log_std))
+
+    def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        x = torch.as_tensor(obs["state"], dtype=torch.float32)
+        return self.obs_norm(x) if self.obs_norm is not None else x
+
+    def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
+        if self.obs_norm is not None:
+            self.obs_norm.update(torch.as_tensor(obs["state"], dtype=torch.float32))
+
+    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> PolicyOutput:
+        x = self._features(obs)
+        return self._act_from(self.actor(x), self.critic(x).squeeze(-1), deterministic)
+
+    def evaluate(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> tuple:
+        x = self._features(obs)
+        return self._evaluate_from(self.actor(x), self.critic(x).squeeze(-1), extras)
+
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.critic(self._features(obs)).squeeze(-1)

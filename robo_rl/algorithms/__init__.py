@@ -1,0 +1,1 @@
+"""Learning algorithms: math only, no I/O."""

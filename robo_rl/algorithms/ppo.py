@@ -1,0 +1,149 @@
+"""Proximal Policy Optimization over the ``Policy`` contract (clipped surrogate, clipped value loss,
+entropy bonus, grad-norm clipping, epochs x minibatches, target-KL early stop)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from robo_rl.errors import ConfigError
+from robo_rl.rollout.buffer import RolloutBatch
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyper-parameters."""
+
+    name: str = "ppo"
+    """Registry name of the algorithm."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """Learning-rate schedule over the run's total env steps."""
+    gamma: float = 0.8
+    """Discount factor."""
+    gae_lambda: float = 0.9
+    """GAE lambda."""
+    clip_coef: float = 0.2
+    """Surrogate ratio clip."""
+    clip_value: float | None = 0.2
+    """Value-loss clip around the old value (null disables)."""
+    ent_coef: float = 0.0
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value-loss weight."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    epochs: int = 8
+    """Passes over each rollout."""
+    minibatches: int = 8
+    """Minibatches per epoch."""
+    target_kl: float | None = 0.1
+    """Stop the epoch loop once approx-KL exceeds this (null disables)."""
+    norm_adv: bool = True
+    """Normalize advantages per minibatch."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gamma <= 1.0:
+            raise ConfigError(f"config key 'algo.gamma' = {self.gamma} must be in (0, 1]")
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ConfigError(f"config key 'algo.gae_lambda' = {self.gae_lambda} must be in [0, 1]")
+        if self.lr <= 0:
+            raise ConfigError(f"config key 'algo.lr' = {self.lr} must be > 0")
+        if self.epochs < 1 or self.minibatches < 1:
+            raise ConfigError("config keys 'algo.epochs' and 'algo.minibatches' must be >= 1")
+        if self.clip_coef <= 0:
+            raise ConfigError(f"config key 'algo.clip_coef' = {self.clip_coef} must be > 0")
+
+
+def ppo_losses(new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+               new_value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor,
+               clip_coef: float, clip_value: float | None) -> dict[str, torch.Tensor]:
+    """Per-minibatch PPO terms, all (N,) inputs -> scalars.
+
+    policy_loss = mean(max(-A r, -A clip(r, 1-c, 1+c))), r = exp(new - old);
+    value_loss = 0.5 mean(max((v - R)^2, (v_old + clip(v - v_old, -cv, cv) - R)^2)) (or unclipped).
+    """
+    log_ratio = new_log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    pg1 = -advantages * ratio
+    pg2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    policy_loss = torch.max(pg1, pg2).mean()
+    v_unclipped = (new_value - returns) ** 2
+    if clip_value is not None:
+        v_clipped = old_value + torch.clamp(new_value - old_value, -clip_value, clip_value)
+        value_loss = 0.5 * torch.max(v_unclipped, (v_clipped - returns) ** 2).mean()
+    else:
+        value_loss = 0.5 * v_unclipped.mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+        clip_frac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return {"policy_loss": policy_loss, "value_loss": value_loss, "approx_kl": approx_kl, "clip_frac": clip_frac}
+
+
+class PPO:
+    """PPO on any ``Policy`` that is also a ``torch.nn.Module``."""
+
+    Config = PPOConfig
+
+    def __init__(self, cfg: PPOConfig, policy: Any, generator: torch.Generator | None = None) -> None:
+        self.cfg = cfg
+        self.policy = policy
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+        self.generator = generator
+
+    def set_progress(self, fraction_done: float) -> None:
+        """Update the learning rate for a linear schedule (fraction of the run done, 0..1)."""
+        if self.cfg.lr_schedule == "linear":
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.cfg.lr * max(0.0, 1.0 - fraction_done)
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        cfg = self.cfg
+        n = batch.size
+        mb_size = max(1, n // cfg.minibatches)
+        sums: dict[str, float] = {}
+        count = 0
+        stop = False
+        epochs_run = 0
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(n, generator=self.generator)
+            epochs_run += 1
+            for start in range(0, n - mb_size + 1, mb_size):
+                idx = perm[start:start + mb_size]
+                mb = batch.index(idx)
+                new_log_prob, entropy, new_value = self.policy.evaluate(mb.obs, mb.extras)
+                adv = mb.advantages
+                if cfg.norm_adv and adv.numel() > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                terms = ppo_losses(new_log_prob, mb.log_prob, adv, new_value, mb.values, mb.returns,
+                                   cfg.clip_coef, cfg.clip_value)
+                entropy_mean = entropy.mean()
+                loss = terms["policy_loss"] + cfg.vf_coef * terms["value_loss"] - cfg.ent_coef * entropy_mean
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                for k, v in {**terms, "entropy": entropy_mean, "grad_norm": grad_norm, "loss": loss}.items():
+                    sums[k] = sums.get(k, 0.0) + float(v.detach() if hasattr(v, "detach") else v)
+                count += 1
+                if cfg.target_kl is not None and float(terms["approx_kl"]) > cfg.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        out = {k: v / max(1, count) for k, v in sums.items()}
+        with torch.no_grad():
+            var_y = batch.returns.var()
+            out["explained_variance"] = float(1 - (batch.returns - batch.values).var() / var_y) if var_y > 0 else 0.0
+        out["epochs"] = float(epochs_run)
+        out["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,143 @@
+"""Atomic checkpoints: ``<run>/checkpoints/step_<N>/{model.safetensors, trainer.pt, meta.json}``.
+
+Writes go to a temp directory that is fsynced and renamed into place, then the ``latest`` pointer
+file is replaced atomically, so a crash at any moment leaves the previous checkpoint intact.
+Loading validates the format tag, the policy name and the tensor names/shapes, and fails with one
+line naming what does not match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robo_rl.errors import CheckpointError
+
+FORMAT = "robo-rl-checkpoint"
+VERSION = 1
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via temp file + fsync + rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],
+         meta: dict[str, Any], keep: int = 3) -> Path:
+    """Save a checkpoint for env step ``step`` and point ``latest`` at it; keep the newest ``keep``."""
+    from safetensors.torch import save_file
+
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    final = ckpt_root / f"step_{step:010d}"
+    tmp = ckpt_root / f".step_{step:010d}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model_state.items()}
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": FORMAT})
+    torch.save(trainer_state, tmp / "trainer.pt")
+    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": VERSION, **meta}, indent=2))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    _fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(ckpt_root)
+    atomic_write_text(ckpt_root / "latest", final.name + "\n")
+    old = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
+    for p in old[:-keep] if keep > 0 else []:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def resolve(path: str | Path) -> Path:
+    """A run dir, a checkpoints dir or a checkpoint dir -> the checkpoint dir to load."""
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"checkpoint path '{p}' does not exist; pass a run directory or a checkpoints/step_* directory")
+    if (p / "meta.json").is_file():
+        return p
+    root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    latest = root / "latest"
+    if latest.is_file():
+        cand = root / latest.read_text().strip()
+        if (cand / "meta.json").is_file():
+            return cand
+    cands = sorted(c for c in root.glob("step_*") if (c / "meta.json").is_file())
+    if not cands:
+        raise CheckpointError(f"no checkpoint found under '{p}' (expected checkpoints/step_*/meta.json)")
+    return cands[-1]
+
+
+def read_meta(ckpt: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((ckpt / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"checkpoint '{ckpt}' has an unreadable meta.json ({err}); it is corrupt") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"'{ckpt}' is not a robo-rl checkpoint (meta.json format is {meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT!r})")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"checkpoint '{ckpt}' has format version {meta.get('version')}, this robo-rl reads version {VERSION}")
+    return meta
+
+
+def load_model_state(ckpt: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(ckpt / "model.safetensors"))
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise CheckpointError(f"checkpoint weights '{ckpt / 'model.safetensors'}' are corrupt or missing ({str(err).splitlines()[0]})") from None
+
+
+def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+    try:
+        return torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+    except Exception as err:  # torch raises many types for a corrupt pickle/zip
+        raise CheckpointError(f"checkpoint trainer state '{ckpt / 'trainer.pt'}' is corrupt or missing ({type(err).__name__})") from None
+
+
+def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], ckpt: Path) -> None:
+    """Strict load with a one-line message on name/shape mismatch."""
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    bad_shape = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
+    if missing or unexpected or bad_shape:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:3]}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:3]}")
+        if bad_shape:
+            k = bad_shape[0]
+            parts.append(f"shape of '{k}' is {tuple(state[k].shape)} but the model has {tuple(own[k].shape)}")
+        raise CheckpointError(f"checkpoint '{ckpt}' does not match this model: {'; '.join(parts)}")
+    module.load_state_dict(state)

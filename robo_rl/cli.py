@@ -1,0 +1,165 @@
+"""`robo-rl train | eval | info | bench`.
+
+Every user error (config, checkpoint, CLI argument) ends as one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from robo_rl.errors import RoboRLError
+
+log = logging.getLogger("robo_rl")
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
+                        handlers=[RichHandler(show_path=False, rich_tracebacks=False)])
+    for noisy in ("matplotlib", "PIL", "h5py"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from robo_rl.runners import train as train_mod
+
+    if args.resume:
+        summary = train_mod.resume(Path(args.resume), args.overrides)
+    else:
+        if not args.config:
+            raise RoboRLError("robo-rl train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
+        from robo_rl.config import load
+        from robo_rl.runners.config import TrainConfig
+
+        cfg = load(TrainConfig, args.config, args.overrides)
+        summary = train_mod.train(cfg)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.config import from_dict
+    from robo_rl.errors import CheckpointError, ConfigError
+    from robo_rl.runners.build import build_env, build_policy
+    from robo_rl.runners.config import TrainConfig
+    from robo_rl.runners.evaluate import evaluate_policy, save_video
+
+    if args.episodes < 1:
+        raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
+    torch.set_num_threads(1)
+    ckpt = ckpt_io.resolve(args.checkpoint)
+    meta = ckpt_io.read_meta(ckpt)
+    try:
+        cfg = from_dict(TrainConfig, meta["config"])
+    except (KeyError, ConfigError) as err:
+        raise CheckpointError(f"checkpoint '{ckpt}' carries an unusable config ({err})") from None
+    env_cfg = cfg.env
+    if args.num_envs:
+        env_cfg = dataclasses.replace(env_cfg, num_envs=args.num_envs)
+    env = build_env(env_cfg, render=not args.no_video)
+    try:
+        policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
+        ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
+        policy.eval()
+        res = evaluate_policy(env, policy, args.episodes, seed=args.seed, deterministic=not args.stochastic,
+                              record_video=not args.no_video)
+    finally:
+        env.close()
+    out = {"checkpoint": str(ckpt), "env_steps": meta.get("env_steps"), **res.as_dict()}
+    if not args.no_video:
+        video = Path(args.video) if args.video else ckpt.parent.parent / f"eval_{ckpt.name}.mp4"
+        try:
+            out["video"] = str(save_video(res, video))
+        except OSError as err:
+            raise RoboRLError(f"cannot write video '{video}' ({err.strerror}); pass --video PATH in a writable place") from None
+    lo, hi = res.ci95
+    print(f"success {res.success_rate:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) over {res.episodes} episodes", file=sys.stderr)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from robo_rl.info import collect
+
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for kind, names in report["registries"].items():
+        console.print(f"[bold]{kind}[/]: {', '.join(names)}")
+    table = Table("backend", "status", "detail")
+    for name, item in report["backends"].items():
+        table.add_row(name, "[green]ok[/]" if item["ok"] else "[red]unavailable[/]", item["detail"])
+    console.print(table)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from robo_rl.bench import run_bench
+
+    return run_bench(args.name, args.bench_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="robo-rl", description="RL post-training of robot policies.")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a policy from a YAML config")
+    t.add_argument("config", nargs="?", help="YAML config, e.g. configs/quickstart.yaml")
+    t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.lr=3e-4 env.num_envs=4")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.set_defaults(fn=cmd_train)
+
+    e = sub.add_parser("eval", help="evaluate a run or checkpoint")
+    e.add_argument("checkpoint", help="run directory or checkpoints/step_* directory")
+    e.add_argument("--episodes", type=int, default=50)
+    e.add_argument("--num-envs", type=int, default=0, help="parallel envs (default: the run's)")
+    e.add_argument("--seed", type=int, default=10_000)
+    e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
+    e.add_argument("--video", help="mp4 path (default: <run>/eval_<checkpoint>.mp4)")
+    e.add_argument("--no-video", action="store_true")
+    e.set_defaults(fn=cmd_eval)
+
+    i = sub.add_parser("info", help="what is registered and which simulator backends work here")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(fn=cmd_info)
+
+    b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead)")
+    b.add_argument("name", help="ppo | env")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
+    b.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        return int(args.fn(args) or 0)
+    except RoboRLError as err:
+        print(f"robo-rl: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("robo-rl: interrupted; resume with 'robo-rl train --resume RUN_DIR'", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

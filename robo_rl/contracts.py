@@ -1,0 +1,137 @@
+"""The contracts every simulator, policy, algorithm and robot bridge implements.
+
+Shapes (B = batch of envs, V = cameras, H/W = image size, D = state dim, A = action dim,
+T = action-chunk horizon):
+
+* ``Observation``: ``dict[str, Any]`` with a leading batch dimension on every array:
+  ``state`` (B, D) float32, ``rgb`` (B, V, H, W, 3) uint8, ``instruction`` list[str] of length B.
+  A simulator may add keys, never rename these.
+* Actions: (B, A) float32, or chunks (B, T, A).
+
+Arrays crossing the env boundary are numpy; policies convert to torch internally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+Observation = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """Shape (without the batch dim), dtype and optional bounds of one observation/action entry."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    low: float | None = None
+    high: float | None = None
+    meaning: str = ""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One vectorized step.
+
+    obs: Observation of the *next* step (for finished envs: the first obs of the new episode).
+    reward: (B,) float32. terminated: (B,) bool (task ended: success/failure).
+    truncated: (B,) bool (time limit or worker restart; bootstrap from ``info["final_obs"]``).
+    info: ``success`` (B,) bool always; ``final_obs`` Observation of batch B (rows valid where
+    terminated|truncated) when any env finished; simulator-specific extras.
+    """
+
+    obs: Observation
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    info: dict[str, Any]
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    """A batch of B environments with auto-reset."""
+
+    num_envs: int
+    obs_spec: dict[str, ArraySpec]
+    action_spec: ArraySpec
+
+    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
+        """Reset all envs; env i is seeded ``seed + i`` (deterministic per env)."""
+        ...
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        """actions: (B, A) or (B, T, A) float32 within ``action_spec`` bounds."""
+        ...
+
+    def render(self) -> np.ndarray | None:
+        """(B, H, W, 3) uint8 frames for videos, or None if rendering is off."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class PolicyOutput:
+    """What ``Policy.act`` returns.
+
+    actions: (B, A) or (B, T, A) float32 tensor in env units.
+    log_prob: (B,) log-probability of ``extras`` under the policy (None for deterministic policies).
+    value: (B,) critic estimate, or None for policies without a critic.
+    extras: tensors ``evaluate`` needs to recompute log_prob (e.g. pre-squash samples, action
+    tokens, flow noise path), each with leading dim B.
+    """
+
+    actions: Any
+    log_prob: Any = None
+    value: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """One contract for MLPs, token VLAs, flow VLAs and steered policies, in sim and on robots."""
+
+    def act(self, obs: Observation, deterministic: bool = False) -> PolicyOutput: ...
+
+    def evaluate(self, obs: Observation, extras: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """Return (log_prob (B,), entropy (B,), value (B,)) for what ``act`` produced."""
+        ...
+
+    def value(self, obs: Observation) -> Any:
+        """(B,) critic estimate."""
+        ...
+
+    def reset(self, env_ids: Any = None) -> None:
+        """Clear per-env state (action-chunk queues, recurrent state) for ``env_ids`` (None = all)."""
+        ...
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """Pure learning math over a rollout batch; no I/O."""
+
+    def update(self, batch: Any) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class RobotBridge(Protocol):
+    """A real (or simulated) robot behind ROS 2 or a vendor SDK."""
+
+    def connect(self) -> None: ...
+
+    def get_observation(self) -> Observation: ...
+
+    def send_action(self, action: np.ndarray) -> None: ...
+
+    def stop(self) -> None:
+        """Bring the robot to a safe stop (hold position, zero velocity)."""
+        ...
+
+    def disconnect(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Success metrics, reports, plots and videos."""

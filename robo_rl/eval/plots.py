@@ -1,0 +1,57 @@
+"""Learning-curve PNG and mp4 videos (matplotlib Agg, imageio-ffmpeg)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def learning_curve(metrics_csv: Path, out_png: Path) -> None:
+    """Plot success rate (train and eval) against wall-clock minutes and env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(csv.DictReader(open(metrics_csv)))
+    if not rows:
+        return
+
+    def col(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pts = [(float(r["wall_time"]) / 60, float(r["env_steps"]), float(r[name])) for r in rows if r.get(name) not in (None, "")]
+        arr = np.asarray(pts) if pts else np.zeros((0, 3))
+        return arr[:, 0], arr[:, 1], arr[:, 2]
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label, style in (("train/success_rate", "train (last 40 episodes)", "-"),
+                              ("eval/success_rate", "eval (deterministic)", "o-")):
+        minutes, steps, vals = col(key)
+        axes[0].plot(minutes, vals, style, label=label, ms=3)
+        axes[1].plot(steps, vals, style, label=label, ms=3)
+    axes[0].set_xlabel("wall-clock (min)")
+    axes[1].set_xlabel("env steps")
+    for ax in axes:
+        ax.set_ylabel("success rate")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+    fig.suptitle(metrics_csv.parent.name)
+    fig.tight_layout()
+    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, out_png)
+
+
+def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
+    """frames: list of (H, W, 3) uint8 -> mp4 at ``path`` (written to a temp name, then renamed)."""
+    import imageio.v2 as imageio
+
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=1) as w:
+        for f in frames:
+            w.append_data(np.asarray(f, dtype=np.uint8))
+    os.replace(tmp, path)

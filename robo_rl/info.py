@@ -1,0 +1,41 @@
+"""`robo-rl info`: registered names and a live check of each simulator backend."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from typing import Any
+
+from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
+
+_SAPIEN_CHECK = "import sapien; print(sapien.render.get_device_summary())"
+
+
+def _check_maniskill() -> dict[str, Any]:
+    if importlib.util.find_spec("mani_skill") is None:
+        return {"ok": False, "detail": "mani-skill not installed: pip install 'robo-rl[maniskill]'"}
+    # A subprocess: a broken Vulkan driver can abort the interpreter.
+    proc = subprocess.run([sys.executable, "-c", _SAPIEN_CHECK], capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0 or "Supported: 1" not in out:
+        return {"ok": False, "detail": "SAPIEN finds no Vulkan device; install Mesa >= 24 lavapipe: "
+                "'apt-get install -t bookworm-backports mesa-vulkan-drivers libvulkan1' on Debian 12 "
+                "(bash scripts/setup.sh does it)"}
+    gpu = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.strip().startswith("GPU:")), "?")
+    return {"ok": True, "detail": f"Vulkan device: {gpu}"}
+
+
+def _check_torch() -> dict[str, Any]:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    detail = f"torch {torch.__version__}, " + (f"CUDA x{torch.cuda.device_count()}" if cuda else "CPU only")
+    return {"ok": True, "detail": detail}
+
+
+def collect() -> dict[str, Any]:
+    return {
+        "registries": {"envs": ENVS.names(), "policies": POLICIES.names(), "algorithms": ALGORITHMS.names()},
+        "backends": {"torch": _check_torch(), "maniskill": _check_maniskill()},
+    }

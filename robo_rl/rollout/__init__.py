@@ -1,0 +1,1 @@
+"""Rollout storage, collection and episode statistics."""

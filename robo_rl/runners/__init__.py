@@ -1,0 +1,1 @@
+"""Train / evaluate loops: wire env + policy + algorithm + logging + checkpoints."""

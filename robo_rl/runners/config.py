@@ -1,0 +1,85 @@
+"""The top-level training config: env, policy, algo sections (chosen by ``name`` through the
+registries, each parsed with the Config dataclass next to its code) and run settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from robo_rl.config import section
+from robo_rl.errors import ConfigError
+from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
+
+EnvSection = section(ENVS)
+PolicySection = section(POLICIES)
+AlgoSection = section(ALGORITHMS)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Run-level settings: budget, logging, evaluation, checkpoints."""
+
+    total_env_steps: int = 1_000_000
+    """Stop after this many env steps (summed over envs)."""
+    max_minutes: float | None = None
+    """Stop after this many wall-clock minutes of training (null: no limit)."""
+    rollout_steps: int = 50
+    """Steps per env between updates (rollout length T)."""
+    seed: int = 0
+    """Seed for torch and the envs (env i gets seed + i)."""
+    out_dir: str = "runs"
+    """Parent directory of run directories."""
+    name: str | None = None
+    """Run directory name (default: <task>-<algo>-<timestamp>)."""
+    reward_norm: bool = False
+    """Scale rewards by the running std of the discounted return."""
+    eval_every_steps: int = 25_000
+    """Evaluate the deterministic policy every this many env steps (0 disables)."""
+    eval_episodes: int = 20
+    """Episodes per evaluation."""
+    eval_num_envs: int = 2
+    """Parallel envs of the evaluation env."""
+    final_eval_episodes: int = 50
+    """Episodes of the evaluation after training (0 disables)."""
+    stop_at_eval_success: float | None = None
+    """Stop early once an evaluation reaches this success rate (null: never)."""
+    checkpoint_every_steps: int = 50_000
+    """Write a checkpoint every this many env steps (and always at the end)."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept on disk."""
+    video: bool = True
+    """Record an mp4 of the final policy."""
+    tensorboard: bool = True
+    """Write TensorBoard scalars."""
+    progress: bool = True
+    """Show a rich progress bar."""
+    torch_threads: int = 1
+    """torch intra-op threads in the learner process."""
+
+    def __post_init__(self) -> None:
+        if self.total_env_steps < 1:
+            raise ConfigError(f"config key 'run.total_env_steps' = {self.total_env_steps} must be >= 1")
+        if self.rollout_steps < 1:
+            raise ConfigError(f"config key 'run.rollout_steps' = {self.rollout_steps} must be >= 1")
+        if self.eval_episodes < 1 or self.eval_num_envs < 1:
+            raise ConfigError("config keys 'run.eval_episodes' and 'run.eval_num_envs' must be >= 1")
+        if self.torch_threads < 1:
+            raise ConfigError(f"config key 'run.torch_threads' = {self.torch_threads} must be >= 1")
+
+
+def _default(registry: Any, name: str) -> Any:
+    return lambda: registry.get(name).Config()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything `robo-rl train` needs."""
+
+    env: EnvSection  # type: ignore[valid-type]
+    """Simulator section; 'name' picks the adapter (e.g. maniskill)."""
+    policy: PolicySection = field(default_factory=_default(POLICIES, "mlp"))  # type: ignore[valid-type]
+    """Policy section; 'name' picks the model (mlp, cnn, ...)."""
+    algo: AlgoSection = field(default_factory=_default(ALGORITHMS, "ppo"))  # type: ignore[valid-type]
+    """Algorithm section; 'name' picks the algorithm (ppo, ...)."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Run settings."""

@@ -1,0 +1,81 @@
+"""Evaluate a policy on a VecEnv: success rate with a 95% Wilson interval, returns, a video."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robo_rl.eval.metrics import wilson_interval
+from robo_rl.runners.build import policy_obs, to_env_actions
+
+
+@dataclass
+class EvalResult:
+    """Outcome of ``evaluate_policy``; ``frames`` holds (H, W*B, 3) tiles when recorded."""
+
+    episodes: int
+    successes: int
+    mean_return: float
+    frames: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / max(1, self.episodes)
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        return wilson_interval(self.successes, self.episodes)
+
+    def as_dict(self) -> dict[str, Any]:
+        lo, hi = self.ci95
+        return {"episodes": self.episodes, "successes": self.successes, "success_rate": self.success_rate,
+                "ci95_low": lo, "ci95_high": hi, "mean_return": self.mean_return}
+
+
+@torch.no_grad()
+def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, deterministic: bool = True,
+                    record_video: bool = False, max_steps: int = 100_000) -> EvalResult:
+    """Run exactly ``episodes`` episodes, split evenly over the B envs (env i runs a fixed quota, so
+    short episodes are not over-counted). The first episode of every env is recorded when asked."""
+    b = env.num_envs
+    quota = np.array([episodes // b + (1 if i < episodes % b else 0) for i in range(b)])
+    done_count = np.zeros(b, int)
+    successes, returns = 0, []
+    ep_ret = np.zeros(b)
+    frames: list[np.ndarray] = []
+    first_done = np.zeros(b, bool)
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    steps = 0
+    while (done_count < quota).any() and steps < max_steps:
+        if record_video and not first_done.all():
+            frames.append(np.concatenate(list(env.render()), axis=1))
+        out = policy.act(policy_obs(obs), deterministic=deterministic)
+        res = env.step(to_env_actions(out.actions, env.action_spec))
+        ep_ret += res.reward
+        done = res.terminated | res.truncated
+        for i in np.flatnonzero(done):
+            if done_count[i] < quota[i]:
+                successes += int(res.info["success"][i])
+                returns.append(float(ep_ret[i]))
+                done_count[i] += 1
+            ep_ret[i] = 0.0
+            first_done[i] = True
+        if done.any():
+            policy.reset(np.flatnonzero(done))
+        obs = res.obs
+        steps += 1
+    return EvalResult(int(done_count.sum()), successes, float(np.mean(returns)) if returns else 0.0, frames)
+
+
+def save_video(result: EvalResult, path: Path, fps: int = 20) -> Path | None:
+    if not result.frames:
+        return None
+    from robo_rl.eval.plots import write_video
+
+    write_video(result.frames, path, fps=fps)
+    return path

@@ -1,0 +1,49 @@
+"""Run-directory metrics: CSV (append-only, flushed per row), TensorBoard scalars, learning curve."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+CSV_COLUMNS = (
+    "iteration", "env_steps", "wall_time", "steps_per_s",
+    "train/success_rate", "train/return", "train/episode_length",
+    "eval/success_rate", "eval/ci_low", "eval/ci_high", "eval/return",
+    "loss/policy_loss", "loss/value_loss", "loss/entropy", "loss/approx_kl", "loss/clip_frac",
+    "loss/explained_variance", "loss/grad_norm", "loss/lr", "env/worker_restarts",
+)
+
+
+class MetricsLogger:
+    """Appends one CSV row per call; mirrors every scalar to TensorBoard."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self.path = run_dir / "metrics.csv"
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._fh = open(self.path, "a", newline="")
+        self._writer = csv.DictWriter(self._fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        if new:
+            self._writer.writeheader()
+            self._fh.flush()
+        self._tb: Any = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tb"))
+
+    def log(self, row: dict[str, float]) -> None:
+        self._writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        if self._tb is not None:
+            step = int(row["env_steps"])
+            for k, v in row.items():
+                if k not in ("iteration", "env_steps") and isinstance(v, (int, float)):
+                    self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()

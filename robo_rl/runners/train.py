@@ -1,0 +1,304 @@
+"""On-policy training loop: collect (T, B) rollouts, update, log, evaluate, checkpoint, resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from robo_rl import checkpoint as ckpt_io
+from robo_rl.config import from_dict, to_dict
+from robo_rl.errors import CheckpointError, RoboRLError, RunDirError
+from robo_rl.rollout.buffer import RolloutBuffer
+from robo_rl.rollout.normalize import ReturnScaler
+from robo_rl.rollout.stats import EpisodeStats
+from robo_rl.runners.build import build_algorithm, build_env, build_policy, policy_obs, to_env_actions
+from robo_rl.runners.config import TrainConfig
+from robo_rl.runners.evaluate import evaluate_policy, save_video
+from robo_rl.runners.logger import MetricsLogger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Counters that a resumed run continues from."""
+
+    iteration: int = 0
+    env_steps: int = 0
+    wall_time: float = 0.0
+    next_eval: int = 0
+    next_ckpt: int = 0
+    best_eval: float = -1.0
+
+
+def make_run_dir(cfg: TrainConfig) -> Path:
+    """Create a fresh run directory; one-line errors if it exists or cannot be written."""
+    name = cfg.run.name or f"{getattr(cfg.env, 'task', cfg.env.name)}-{cfg.algo.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(cfg.run.out_dir) / name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise RunDirError(f"run directory '{run_dir}' already exists; resume it with 'robo-rl train --resume {run_dir}' "
+                          "or choose another run.name")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise RunDirError(f"cannot write run directory '{run_dir}' ({err.strerror}); set run.out_dir to a writable path") from None
+    return run_dir
+
+
+def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainConfig:
+    """The resolved config a run was started with (plus optional overrides)."""
+    from robo_rl.config import apply_overrides
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise CheckpointError(f"'{run_dir}' is not a run directory (no config.yaml); pass the directory 'robo-rl train' created")
+    return from_dict(TrainConfig, apply_overrides(yaml.safe_load(path.read_text()) or {}, overrides or []))
+
+
+class Trainer:
+    """Runs one training job in ``run_dir``; ``resume=True`` continues from its latest checkpoint."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.state = TrainState()
+        self._resume_ckpt: Path | None = None
+        if resume:
+            self._resume_ckpt = ckpt_io.resolve(run_dir)
+            ckpt_io.read_meta(self._resume_ckpt)  # validate before building anything heavy
+        else:
+            ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _seed(self, seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _meta(self) -> dict[str, Any]:
+        return {"policy": self.cfg.policy.name, "env_steps": self.state.env_steps, "iteration": self.state.iteration,
+                "obs_spec": {k: list(v.shape) for k, v in self.env.obs_spec.items()},
+                "action_spec": {"shape": list(self.env.action_spec.shape), "low": self.env.action_spec.low,
+                                "high": self.env.action_spec.high},
+                "config": to_dict(self.cfg)}
+
+    def save_checkpoint(self) -> Path:
+        trainer_state = {"algo": self.algo.state_dict(), "state": vars(self.state).copy(),
+                         "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
+                         "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
+                         "generator": self.generator.get_state()}
+        return ckpt_io.save(self.run_dir / "checkpoints", self.state.env_steps, self.policy.state_dict(),
+                            trainer_state, self._meta(), keep=self.cfg.run.keep_checkpoints)
+
+    def _restore(self, ckpt: Path) -> None:
+        meta = ckpt_io.read_meta(ckpt)
+        if meta.get("policy") != self.cfg.policy.name:
+            raise CheckpointError(f"checkpoint '{ckpt}' holds policy {meta.get('policy')!r}, the config asks for {self.cfg.policy.name!r}")
+        ckpt_io.load_into(self.policy, ckpt_io.load_model_state(ckpt), ckpt)
+        ts = ckpt_io.load_trainer_state(ckpt)
+        try:
+            self.algo.load_state_dict(ts["algo"])
+            self.state = TrainState(**ts["state"])
+            if self.reward_scaler and ts.get("reward_scaler"):
+                self.reward_scaler.load_state_dict(ts["reward_scaler"])
+            torch.set_rng_state(ts["torch_rng"])
+            np.random.set_state(ts["numpy_rng"])
+            self.generator.set_state(ts["generator"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise CheckpointError(f"checkpoint '{ckpt}' trainer state does not match this run ({type(err).__name__}: {err})") from None
+        log.info("resumed from %s at env step %d", ckpt, self.state.env_steps)
+
+    # -- main loop -------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        cfg, rc = self.cfg, self.cfg.run
+        torch.set_num_threads(rc.torch_threads)
+        self._seed(rc.seed)
+        self.generator = torch.Generator().manual_seed(rc.seed)
+        self.env = build_env(cfg.env)
+        self.eval_env: Any = None
+        try:
+            return self._run()
+        finally:
+            self.env.close()
+            if self.eval_env is not None:
+                self.eval_env.close()
+
+    def _run(self) -> dict[str, Any]:
+        cfg, rc = self.cfg, self.cfg.run
+        env = self.env
+        self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
+        self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
+        gamma = getattr(cfg.algo, "gamma", 0.99)
+        lam = getattr(cfg.algo, "gae_lambda", 0.95)
+        self.reward_scaler = ReturnScaler(env.num_envs, gamma) if rc.reward_norm else None
+        if self._resume_ckpt is not None:
+            self._restore(self._resume_ckpt)
+        st = self.state
+        b, t_len = env.num_envs, rc.rollout_steps
+        buffer = RolloutBuffer(t_len, b)
+        stats = EpisodeStats(b)
+        metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard)
+        obs, _ = env.reset(seed=rc.seed + 1000 * st.iteration)
+        tobs = policy_obs(obs)
+        if st.iteration == 0 and hasattr(self.policy, "update_normalizer"):
+            self.policy.update_normalizer(tobs)
+        t_start = time.monotonic() - st.wall_time
+        if st.next_eval == 0:
+            st.next_eval = rc.eval_every_steps
+        if st.next_ckpt == 0:
+            st.next_ckpt = rc.checkpoint_every_steps
+        summary: dict[str, Any] = {}
+        stop_reason = "total_env_steps"
+        progress = _Progress(rc.progress, rc.total_env_steps, st.env_steps)
+        try:
+            while st.env_steps < rc.total_env_steps:
+                if rc.max_minutes is not None and (time.monotonic() - t_start) / 60 >= rc.max_minutes:
+                    stop_reason = "max_minutes"
+                    break
+                it_start = time.monotonic()
+                steps_before = st.env_steps
+                self.policy.eval()
+                with torch.no_grad():
+                    for _ in range(t_len):
+                        out = self.policy.act(tobs)
+                        res = env.step(to_env_actions(out.actions, env.action_spec))
+                        done = res.terminated | res.truncated
+                        final_v = None
+                        if "final_obs" in res.info and done.any():
+                            final_v = self.policy.value(policy_obs(res.info["final_obs"]))
+                        reward = res.reward
+                        stats.update(reward, done, res.info["success"])
+                        if self.reward_scaler is not None:
+                            reward = self.reward_scaler(reward, done)
+                        buffer.add(tobs, out.extras, out.log_prob, out.value, reward, res.terminated,
+                                   res.truncated, final_v, done)
+                        if done.any():
+                            self.policy.reset(np.flatnonzero(done))
+                        obs = res.obs
+                        tobs = policy_obs(obs)
+                        st.env_steps += b
+                    batch = buffer.finish(self.policy.value(tobs), gamma, lam)
+                self.policy.train()
+                if hasattr(self.algo, "set_progress"):
+                    self.algo.set_progress(st.env_steps / rc.total_env_steps)
+                losses = self.algo.update(batch)
+                if hasattr(self.policy, "update_normalizer"):
+                    self.policy.update_normalizer(batch.obs)
+                st.iteration += 1
+                st.wall_time = time.monotonic() - t_start
+                row: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
+                                       "wall_time": round(st.wall_time, 3),
+                                       "steps_per_s": (st.env_steps - steps_before) / max(1e-9, time.monotonic() - it_start),
+                                       "env/worker_restarts": getattr(env, "restarts", 0)}
+                row.update({f"train/{k}": v for k, v in stats.summary().items()})
+                row.update({f"loss/{k}": v for k, v in losses.items()})
+                if rc.eval_every_steps > 0 and st.env_steps >= st.next_eval:
+                    st.next_eval += rc.eval_every_steps
+                    res_eval = self._evaluate(rc.eval_episodes, record=False)
+                    lo, hi = res_eval.ci95
+                    row.update({"eval/success_rate": res_eval.success_rate, "eval/ci_low": lo, "eval/ci_high": hi,
+                                "eval/return": res_eval.mean_return})
+                    st.best_eval = max(st.best_eval, res_eval.success_rate)
+                    log.info("step %d (%.1f min): eval success %.2f [%.2f, %.2f]", st.env_steps,
+                             st.wall_time / 60, res_eval.success_rate, lo, hi)
+                    st.wall_time = time.monotonic() - t_start
+                metrics.log(row)
+                progress.update(st.env_steps, row)
+                if st.env_steps >= st.next_ckpt:
+                    st.next_ckpt += rc.checkpoint_every_steps
+                    self.save_checkpoint()
+                if rc.stop_at_eval_success is not None and row.get("eval/success_rate", -1) >= rc.stop_at_eval_success:
+                    stop_reason = "stop_at_eval_success"
+                    break
+        finally:
+            progress.close()
+            metrics.close()
+        self.save_checkpoint()
+        self._plot()
+        summary = {"run_dir": str(self.run_dir), "env_steps": st.env_steps, "iterations": st.iteration,
+                   "wall_time_min": round(st.wall_time / 60, 2), "stop_reason": stop_reason,
+                   "worker_restarts": getattr(env, "restarts", 0)}
+        if rc.final_eval_episodes > 0:
+            final = self._evaluate(rc.final_eval_episodes, record=rc.video)
+            summary["final_eval"] = final.as_dict()
+            if rc.video:
+                path = save_video(final, self.run_dir / "final_policy.mp4")
+                summary["video"] = str(path) if path else None
+        ckpt_io.atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        return summary
+
+    def _evaluate(self, episodes: int, record: bool) -> Any:
+        if self.eval_env is None:
+            self.eval_env = build_env(self.cfg.env, render=self.cfg.run.video, num_envs=self.cfg.run.eval_num_envs)
+        self.policy.eval()
+        return evaluate_policy(self.eval_env, self.policy, episodes, seed=self.cfg.run.seed + 10_000,
+                               record_video=record)
+
+    def _plot(self) -> None:
+        try:
+            from robo_rl.eval.plots import learning_curve
+
+            learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png")
+        except (OSError, ValueError, KeyError) as err:  # a plot must never fail a finished run
+            log.warning("could not draw the learning curve: %s", err)
+
+
+class _Progress:
+    """rich progress bar with live success rate, return and env steps/s (no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, start: int) -> None:
+        self._p: Any = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("{task.fields[info]}"), refresh_per_second=2)
+        self._task = self._p.add_task("train", total=total, completed=start, info="")
+        self._p.start()
+
+    def update(self, steps: int, row: dict[str, Any]) -> None:
+        if self._p is None:
+            return
+        parts = [f"{row['steps_per_s']:.0f} steps/s"]
+        if "train/success_rate" in row:
+            parts.append(f"success {row['train/success_rate']:.2f}")
+            parts.append(f"return {row['train/return']:.2f}")
+        if "eval/success_rate" in row:
+            parts.append(f"eval {row['eval/success_rate']:.2f}")
+        self._p.update(self._task, completed=steps, info=" | ".join(parts))
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Start a fresh run."""
+    run_dir = make_run_dir(cfg)
+    return Trainer(cfg, run_dir).run()
+
+
+def resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Continue a killed run from its latest checkpoint with the config it was started with."""
+    if not run_dir.is_dir():
+        raise RoboRLError(f"run directory '{run_dir}' does not exist; pass a directory created by 'robo-rl train'")
+    cfg = load_run_config(run_dir, overrides)
+    if overrides:
+        ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    if not os.access(run_dir, os.W_OK):
+        raise RunDirError(f"run directory '{run_dir}' is not writable")
+    return Trainer(cfg, run_dir, resume=True).run()

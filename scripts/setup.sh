@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One-shot machine setup for robo-rl (Debian 12/13, Python 3.11, CPU or CUDA).
+#   bash scripts/setup.sh            # system packages + .venv + robo-rl[maniskill,dev]
+# Idempotent: re-running skips what is already there. Env knobs:
+#   ROBO_RL_VENV   (default .venv)   ROBO_RL_EXTRAS (default maniskill,dev)
+#   ROBO_RL_SKIP_APT=1 to skip system packages (e.g. no root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${ROBO_RL_VENV:-.venv}
+EXTRAS=${ROBO_RL_EXTRAS:-maniskill,dev}
+PY=${PYTHON:-python3}
+log() { printf '[setup] %s\n' "$*"; }
+
+# --- 1. system packages: Vulkan (Mesa >= 24 lavapipe) for SAPIEN, GL for headless video ---
+mesa_major() { dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | sed -E 's/^([0-9]+:)?([0-9]+).*/\2/' || true; }
+if [ "${ROBO_RL_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  m=$(mesa_major)
+  if [ -z "$m" ] || [ "$m" -lt 24 ]; then
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    target=()
+    if [ "$codename" = bookworm ]; then
+      if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        log "adding bookworm-backports (Mesa >= 24 lavapipe for ManiSkill3/SAPIEN)"
+        echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/robo-rl-backports.list >/dev/null
+      fi
+      target=(-t bookworm-backports)
+    fi
+    log "installing mesa-vulkan-drivers libvulkan1 ${target[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${target[@]}" mesa-vulkan-drivers libvulkan1 >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libegl1 libgl1 libglvnd0 >/dev/null || true
+  else
+    log "mesa-vulkan-drivers $m already >= 24"
+  fi
+fi
+
+# --- 2. virtualenv with the CPU torch pin first, then the project ---
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  $PY -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+"$VPY" -m pip install -q --upgrade pip >/dev/null
+if ! "$VPY" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
+  log "installing torch==2.13.0 (CPU build)"
+  "$VPY" -m pip install -q "torch==2.13.0"
+fi
+log "installing robo-rl[$EXTRAS]"
+"$VPY" -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
+log "checking simulator backends"
+"$VENV/bin/robo-rl" info || true
+log "done: activate with 'source $VENV/bin/activate'"

@@ -1,0 +1,258 @@
+"""ManiSkill3 behind the VecEnv contract.
+
+CPU (``backend: cpu`` or ``auto`` without CUDA): ``physx_cpu`` allows one env per process, so each
+env lives in a spawn worker of ``sims.vector.SubprocVecEnv``.
+GPU (``backend: gpu`` or ``auto`` with CUDA): one in-process ``physx_cuda`` env batches all envs.
+
+Observations: ``state`` (B, D) float32 always; ``rgb`` (B, V, H, W, 3) uint8 in ``obs_mode: rgb``
+(V = number of sensor cameras). ``info["success"]`` (B,) comes from the task's own evaluate().
+Episodes end ``terminated`` on success (ManiSkill's convention) and ``truncated`` at the time limit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from robo_rl.contracts import ArraySpec, Observation, StepResult
+from robo_rl.errors import ConfigError, SimulatorUnavailable
+from sims.maniskill.tasks import no_stdin_prompts
+from sims.vector import SubprocVecEnv
+
+
+@dataclass(frozen=True)
+class ManiSkillConfig:
+    """Settings of the ManiSkill3 adapter."""
+
+    name: str = "maniskill"
+    """Registry name of the simulator."""
+    task: str = "PushCube-v1"
+    """ManiSkill env id, e.g. PickCube-v1."""
+    num_envs: int = 2
+    """Parallel envs (CPU: one spawn worker each)."""
+    obs_mode: Literal["state", "rgb"] = "state"
+    """'state' (flat vector) or 'rgb' (camera images + proprio state)."""
+    control_mode: str = "pd_joint_delta_pos"
+    """Controller, e.g. pd_joint_delta_pos or pd_ee_delta_pose."""
+    reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense"
+    """Reward shaping used for training."""
+    max_episode_steps: int | None = None
+    """Time limit; null keeps the task's default."""
+    backend: Literal["auto", "cpu", "gpu"] = "auto"
+    """Physics backend: auto picks gpu when CUDA is available."""
+    image_size: int = 128
+    """Sensor camera width/height in rgb mode (pixels)."""
+    render_size: int = 256
+    """Width/height of video frames (pixels)."""
+    step_timeout: float = 60.0
+    """Seconds before a worker step is declared hung and the worker replaced."""
+    extra: dict = field(default_factory=dict)
+    """Extra keyword arguments passed to gym.make (e.g. sim_config)."""
+
+    def __post_init__(self) -> None:
+        if self.num_envs < 1:
+            raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
+        if self.image_size < 16 or self.render_size < 16:
+            raise ConfigError("config keys 'env.image_size'/'env.render_size' must be >= 16 pixels")
+
+
+def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool) -> Any:
+    import gymnasium as gym
+
+    try:
+        import mani_skill.envs  # noqa: F401  (registers the envs)
+    except ImportError as err:
+        raise SimulatorUnavailable(
+            f"ManiSkill3 is not installed ({err}); install it with: pip install 'robo-rl[maniskill]'") from None
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    if cfg.task not in REGISTERED_ENVS:
+        import difflib
+
+        close = difflib.get_close_matches(cfg.task, list(REGISTERED_ENVS), n=3)
+        raise ConfigError(f"config key 'env.task' = {cfg.task!r} is not a ManiSkill task"
+                          + (f"; did you mean {', '.join(close)}?" if close else ""))
+    kwargs: dict[str, Any] = dict(
+        obs_mode=cfg.obs_mode, control_mode=cfg.control_mode, reward_mode=cfg.reward_mode,
+        sim_backend=sim_backend, num_envs=num_envs,
+        render_mode="rgb_array" if render else None,
+        human_render_camera_configs=dict(width=cfg.render_size, height=cfg.render_size),
+    )
+    if cfg.obs_mode == "rgb":
+        kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    kwargs.update(cfg.extra)
+    with no_stdin_prompts(cfg.task):
+        try:
+            env = gym.make(cfg.task, **kwargs)
+        except RuntimeError as err:
+            if "physical device" in str(err) or "Vulkan" in str(err):
+                raise SimulatorUnavailable(vulkan_fix_hint(str(err))) from None
+            raise
+    if cfg.obs_mode == "rgb":
+        from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+
+        env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
+    return env
+
+
+def vulkan_fix_hint(detail: str) -> str:
+    return (f"SAPIEN found no usable Vulkan device ({detail.splitlines()[0]}); install Mesa >= 24 lavapipe: "
+            "on Debian 12 'apt-get install -t bookworm-backports mesa-vulkan-drivers libvulkan1' "
+            "(bash scripts/setup.sh does this)")
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _split_obs(raw: Any, obs_mode: str) -> dict[str, np.ndarray]:
+    """ManiSkill batched obs -> contract keys with batch dim kept. rgb: (B,H,W,3V) -> (B,V,H,W,3)."""
+    if obs_mode == "state":
+        return {"state": _to_numpy(raw).astype(np.float32, copy=False)}
+    rgb = _to_numpy(raw["rgb"])
+    b, h, w, c = rgb.shape
+    rgb = rgb.reshape(b, h, w, c // 3, 3).transpose(0, 3, 1, 2, 4)
+    return {"rgb": np.ascontiguousarray(rgb, dtype=np.uint8),
+            "state": _to_numpy(raw["state"]).astype(np.float32, copy=False)}
+
+
+class ManiSkillSingleEnv:
+    """One CPU-physics ManiSkill env, unbatched, for a worker process."""
+
+    def __init__(self, cfg: ManiSkillConfig, render: bool = False) -> None:
+        self.cfg = cfg
+        self.env = _make_gym_env(cfg, "physx_cpu", 1, render)
+        obs = self.reset(seed=0)
+        space = self.env.action_space
+        self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
+                                     float(np.max(space.high)), cfg.control_mode)
+        self.obs_spec = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in obs.items()}
+
+    def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
+        raw, _ = self.env.reset(seed=seed)
+        return {k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        import torch
+
+        raw, rew, term, trunc, info = self.env.step(torch.as_tensor(action[None]))
+        obs = {k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}
+        success = bool(_to_numpy(info.get("success", False)).reshape(-1)[0])
+        return obs, float(_to_numpy(rew).reshape(-1)[0]), bool(_to_numpy(term).reshape(-1)[0]), \
+            bool(_to_numpy(trunc).reshape(-1)[0]), {"success": success}
+
+    def render(self) -> np.ndarray:
+        return _to_numpy(self.env.render())[0].astype(np.uint8, copy=False)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass(frozen=True)
+class _Factory:
+    """Picklable factory for spawn workers."""
+
+    cfg: ManiSkillConfig
+    render: bool
+
+    def __call__(self) -> ManiSkillSingleEnv:
+        return ManiSkillSingleEnv(self.cfg, self.render)
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False
+
+
+class ManiSkillVecEnv:
+    """VecEnv over ManiSkill3 (see module docstring). ``render=True`` enables video frames."""
+
+    Config = ManiSkillConfig
+
+    def __init__(self, cfg: ManiSkillConfig, render: bool = False) -> None:
+        self.cfg = cfg
+        self.num_envs = cfg.num_envs
+        use_gpu = cfg.backend == "gpu" or (cfg.backend == "auto" and cuda_available())
+        if cfg.backend == "gpu" and not cuda_available():
+            raise SimulatorUnavailable("env.backend=gpu needs CUDA, which this machine lacks; use env.backend=cpu")
+        self.backend = "gpu" if use_gpu else "cpu"
+        self._impl: Any
+        if use_gpu:
+            self._impl = _GPUBatch(cfg, render)
+        else:
+            worker_env = {"LP_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            self._impl = SubprocVecEnv([_Factory(cfg, render) for _ in range(cfg.num_envs)],
+                                       step_timeout=cfg.step_timeout, worker_env=worker_env)
+        self.obs_spec = self._impl.obs_spec
+        self.action_spec = self._impl.action_spec
+
+    @property
+    def restarts(self) -> int:
+        return getattr(self._impl, "restarts", 0)
+
+    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
+        return self._impl.reset(seed)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        return self._impl.step(actions)
+
+    def render(self) -> np.ndarray:
+        return self._impl.render()
+
+    def close(self) -> None:
+        self._impl.close()
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._impl.worker_pids() if hasattr(self._impl, "worker_pids") else []
+
+
+class _GPUBatch:
+    """All envs in one ``physx_cuda`` scene batch (partial resets by env index)."""
+
+    def __init__(self, cfg: ManiSkillConfig, render: bool) -> None:
+        from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
+
+        os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "0")
+        self.cfg = cfg
+        base = _make_gym_env(cfg, "physx_cuda", cfg.num_envs, render)
+        self.env = ManiSkillVectorEnv(base, cfg.num_envs, auto_reset=True, ignore_terminations=False)
+        space = self.env.single_action_space
+        self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
+                                     float(np.max(space.high)), cfg.control_mode)
+        obs, _ = self.reset(seed=0)
+        self.obs_spec = {k: ArraySpec(v.shape[1:], str(v.dtype)) for k, v in obs.items()}
+
+    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
+        seeds = None if seed is None else [seed + i for i in range(self.cfg.num_envs)]
+        raw, _ = self.env.reset(seed=seeds)
+        return _split_obs(raw, self.cfg.obs_mode), {}
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        import torch
+
+        raw, rew, term, trunc, info = self.env.step(torch.as_tensor(actions, device=self.env.device))
+        out: dict[str, Any] = {"success": _to_numpy(info["success"]).astype(bool)}
+        done = _to_numpy(term) | _to_numpy(trunc)
+        if done.any():
+            out["final_obs"] = _split_obs(info["final_observation"], self.cfg.obs_mode)
+            out["success"] = np.where(done, _to_numpy(info["final_info"]["success"]).astype(bool), out["success"])
+        return StepResult(_split_obs(raw, self.cfg.obs_mode), _to_numpy(rew).astype(np.float32),
+                          _to_numpy(term).astype(bool), _to_numpy(trunc).astype(bool), out)
+
+    def render(self) -> np.ndarray:
+        return _to_numpy(self.env.render()).astype(np.uint8)
+
+    def close(self) -> None:
+        self.env.close()
