@@ -18,10 +18,13 @@ log = logging.getLogger("robo_rl")
 
 
 def _setup_logging(verbose: bool) -> None:
-    from rich.logging import RichHandler
+    level = logging.DEBUG if verbose else logging.INFO
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
-                        handlers=[RichHandler(show_path=False, rich_tracebacks=False)])
+        logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("matplotlib", "PIL", "h5py"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

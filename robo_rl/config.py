@@ -76,6 +76,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # PyYAML reads 1e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -102,8 +107,13 @@ def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise ConfigError(f"unknown config key '{dotted}': {hint}allowed keys here: {', '.join(fields)}")
         tp = hints[key]
-        section = _section_class(tp, value, dotted)
-        kwargs[key] = from_dict(section, value, dotted) if section else _coerce(value, tp, dotted)
+        section_cls = _section_class(tp, value, dotted)
+        if section_cls is not None:
+            if "name" not in value:
+                value = {"name": tp.default_name, **value}
+            kwargs[key] = from_dict(section_cls, value, dotted)
+        else:
+            kwargs[key] = _coerce(value, tp, dotted)
     for name, f in fields.items():
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             dotted = f"{prefix}.{name}" if prefix else name
@@ -121,20 +131,25 @@ class Section:
     """Annotation marker: a config section chosen by its ``name`` key through a registry."""
 
     registry: Any = None
+    default_name: str | None = None
 
 
-def section(registry: Any) -> type:
-    """Make a ``Section`` annotation bound to ``registry`` (e.g. ``env: section(ENVS)``)."""
-    return type(f"Section[{registry.kind}]", (Section,), {"registry": registry})
+def section(registry: Any, default_name: str | None = None) -> type:
+    """Make a ``Section`` annotation bound to ``registry`` (e.g. ``env: section(ENVS)``); a section
+    without a ``name`` key uses ``default_name`` when given."""
+    return type(f"Section[{registry.kind}]", (Section,), {"registry": registry, "default_name": default_name})
 
 
 def _section_class(tp: Any, value: Any, key: str) -> type | None:
     if not (isinstance(tp, type) and issubclass(tp, Section)):
         return None
-    if not isinstance(value, dict) or "name" not in value:
+    if not isinstance(value, dict):
+        raise ConfigError(f"config section '{key}' must be a mapping, got {value!r}")
+    name = value.get("name", tp.default_name)
+    if name is None:
         raise ConfigError(f"config section '{key}' needs a 'name' key; known: {', '.join(tp.registry.names())}")
     try:
-        target = tp.registry.get(value["name"])
+        target = tp.registry.get(name)
     except RegistryError as err:
         raise ConfigError(f"config key '{key}.name': {err}") from None
     return target.Config

@@ -19,8 +19,9 @@ from robo_rl.errors import RegistryError
 class Registry:
     """Maps names to lazily imported objects of one kind (``envs``, ``policies``, ``algorithms``)."""
 
-    def __init__(self, kind: str, entries: dict[str, str] | None = None) -> None:
+    def __init__(self, kind: str, entries: dict[str, str] | None = None, singular: str | None = None) -> None:
         self.kind = kind
+        self.singular = singular or kind.rstrip("s")
         self._entries: dict[str, str] = dict(entries or {})
         self._loaded: dict[str, Any] = {}
         self._plugins_read = False
@@ -64,7 +65,7 @@ class Registry:
             return
         close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-        raise RegistryError(f"unknown {self.kind[:-1] if self.kind.endswith('s') else self.kind} {name!r}: "
+        raise RegistryError(f"unknown {self.singular} {name!r}: "
                             f"{hint}known: {', '.join(self.names())}")
 
     def get(self, name: str) -> Any:
@@ -81,13 +82,13 @@ class Registry:
 
 
 # Built-in entries. Each target is a class with a nested frozen-dataclass ``Config``.
-ENVS = Registry("envs", {
+ENVS = Registry("envs", singular="env", entries={
     "maniskill": "sims.maniskill.env:ManiSkillVecEnv",
 })
-POLICIES = Registry("policies", {
+POLICIES = Registry("policies", singular="policy", entries={
     "mlp": "policies.mlp:MLPActorCritic",
     "cnn": "policies.cnn:CNNActorCritic",
 })
-ALGORITHMS = Registry("algorithms", {
+ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "ppo": "robo_rl.algorithms.ppo:PPO",
 })

@@ -11,8 +11,8 @@ from robo_rl.errors import ConfigError
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 
 EnvSection = section(ENVS)
-PolicySection = section(POLICIES)
-AlgoSection = section(ALGORITHMS)
+PolicySection = section(POLICIES, default_name="mlp")
+AlgoSection = section(ALGORITHMS, default_name="ppo")
 
 
 @dataclass(frozen=True)

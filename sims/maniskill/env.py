@@ -19,7 +19,7 @@ import numpy as np
 
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, SimulatorUnavailable
-from sims.maniskill.tasks import no_stdin_prompts
+from sims.maniskill.tasks import check_assets, no_stdin_prompts
 from sims.vector import SubprocVecEnv
 
 
@@ -35,10 +35,10 @@ class ManiSkillConfig:
     """Parallel envs (CPU: one spawn worker each)."""
     obs_mode: Literal["state", "rgb"] = "state"
     """'state' (flat vector) or 'rgb' (camera images + proprio state)."""
-    control_mode: str = "pd_joint_delta_pos"
-    """Controller, e.g. pd_joint_delta_pos or pd_ee_delta_pose."""
-    reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense"
-    """Reward shaping used for training."""
+    control_mode: str | None = "pd_joint_delta_pos"
+    """Controller, e.g. pd_joint_delta_pos or pd_ee_delta_pose (null: the task's default)."""
+    reward_mode: Literal["normalized_dense", "dense", "sparse", "none"] | None = "normalized_dense"
+    """Reward shaping used for training (null: the task's default)."""
     max_episode_steps: int | None = None
     """Time limit; null keeps the task's default."""
     backend: Literal["auto", "cpu", "gpu"] = "auto"
@@ -76,23 +76,42 @@ def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render:
         raise ConfigError(f"config key 'env.task' = {cfg.task!r} is not a ManiSkill task"
                           + (f"; did you mean {', '.join(close)}?" if close else ""))
     kwargs: dict[str, Any] = dict(
-        obs_mode=cfg.obs_mode, control_mode=cfg.control_mode, reward_mode=cfg.reward_mode,
+        obs_mode=cfg.obs_mode,
         sim_backend=sim_backend, num_envs=num_envs,
         render_mode="rgb_array" if render else None,
         human_render_camera_configs=dict(width=cfg.render_size, height=cfg.render_size),
     )
+    if cfg.control_mode is not None:
+        kwargs["control_mode"] = cfg.control_mode
+    if cfg.reward_mode is not None:
+        kwargs["reward_mode"] = cfg.reward_mode
     if cfg.obs_mode == "rgb":
         kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     kwargs.update(cfg.extra)
+    check_assets(cfg.task)
     with no_stdin_prompts(cfg.task):
         try:
             env = gym.make(cfg.task, **kwargs)
-        except RuntimeError as err:
-            if "physical device" in str(err) or "Vulkan" in str(err):
-                raise SimulatorUnavailable(vulkan_fix_hint(str(err))) from None
+        except (RuntimeError, FileNotFoundError, NotImplementedError, ImportError) as err:
+            text = str(err)
+            if isinstance(err, ImportError):
+                raise SimulatorUnavailable(f"ManiSkill task {cfg.task!r} needs an extra package: {text.splitlines()[-1]}") from None
+            if "physical device" in text or "Vulkan" in text:
+                raise SimulatorUnavailable(vulkan_fix_hint(text)) from None
+            if isinstance(err, FileNotFoundError) or "download_asset" in text or "not found" in text:
+                raise SimulatorUnavailable(
+                    f"ManiSkill task {cfg.task!r} needs assets that are not on this machine ({text.splitlines()[0][:160]}); "
+                    f"download them with 'python -m mani_skill.utils.download_asset {cfg.task}'") from None
+            if isinstance(err, NotImplementedError) and "reward mode" in text:
+                raise ConfigError(f"config key 'env.reward_mode' = {cfg.reward_mode!r}: {text} for {cfg.task}; "
+                                  "use env.reward_mode=null for the task's default") from None
             raise
+    if not hasattr(env.action_space, "shape") or env.action_space.shape is None:
+        env.close()
+        raise SimulatorUnavailable(f"ManiSkill task {cfg.task!r} has a multi-agent (dict) action space, "
+                                   "which the single-policy VecEnv contract does not support")
     if cfg.obs_mode == "rgb":
         from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
 
@@ -132,7 +151,7 @@ class ManiSkillSingleEnv:
         obs = self.reset(seed=0)
         space = self.env.action_space
         self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
-                                     float(np.max(space.high)), cfg.control_mode)
+                                     float(np.max(space.high)), cfg.control_mode or "default")
         self.obs_spec = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in obs.items()}
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
@@ -230,7 +249,7 @@ class _GPUBatch:
         self.env = ManiSkillVectorEnv(base, cfg.num_envs, auto_reset=True, ignore_terminations=False)
         space = self.env.single_action_space
         self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
-                                     float(np.max(space.high)), cfg.control_mode)
+                                     float(np.max(space.high)), cfg.control_mode or "default")
         obs, _ = self.reset(seed=0)
         self.obs_spec = {k: ArraySpec(v.shape[1:], str(v.dtype)) for k, v in obs.items()}
 

@@ -17,6 +17,32 @@ OFFLINE_TASKS: tuple[str, ...] = (
 )
 
 
+def missing_assets(task: str) -> list[str]:
+    """Asset ids the task declares that are not downloaded (ManiSkill's own check, without the prompt)."""
+    import mani_skill.envs  # noqa: F401
+    from mani_skill.utils import assets
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    missing: list[str] = []
+    for asset_id in REGISTERED_ENVS[task].asset_download_ids or []:
+        if asset_id in assets.DATA_GROUPS:
+            ids = assets.expand_data_group_into_individual_data_source_ids(asset_id)
+        else:
+            ids = [asset_id]
+        missing.extend(i for i in ids if not assets.is_data_source_downloaded(i))
+    return missing
+
+
+def check_assets(task: str) -> None:
+    """Raise ``SimulatorUnavailable`` at once if ``task`` needs assets that are not on disk."""
+    missing = missing_assets(task)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise SimulatorUnavailable(
+            f"ManiSkill task {task!r} needs assets that are not on this machine ({shown}); download them with "
+            f"'python -m mani_skill.utils.download_asset {task}' or pick an offline task such as PickCube-v1")
+
+
 def registered_tasks() -> list[str]:
     """All env ids ManiSkill registers (imports mani_skill.envs)."""
     import mani_skill.envs  # noqa: F401  (registers the envs)
@@ -32,7 +58,7 @@ def no_stdin_prompts(task: str) -> Iterator[None]:
     sys.stdin = io.StringIO("")  # input() raises EOFError at once instead of waiting
     try:
         yield
-    except EOFError:
+    except (EOFError, SystemExit):
         raise SimulatorUnavailable(
             f"ManiSkill task {task!r} needs assets that are not on this machine; download them with "
             f"'python -m mani_skill.utils.download_asset {task}' (offline-ready tasks: {', '.join(OFFLINE_TASKS[:6])}, ...)"

@@ -1,0 +1,63 @@
+import torch
+
+from robo_rl.algorithms.advantages import gae
+
+
+def _t(rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_gae_matches_hand_computation_without_episode_end():
+    # one env, 3 steps, gamma .9, lambda .5
+    r, v = _t([[1.0], [2.0], [3.0]]), _t([[0.5], [1.0], [1.5]])
+    nv = _t([[1.0], [1.5], [2.0]])  # V(s_{t+1}); last = bootstrap value
+    f = torch.zeros(3, 1, dtype=torch.bool)
+    adv, ret = gae(r, v, nv, f, f, gamma=0.9, lam=0.5)
+    d2 = 3 + 0.9 * 2.0 - 1.5  # 3.3
+    d1 = 2 + 0.9 * 1.5 - 1.0  # 2.35
+    d0 = 1 + 0.9 * 1.0 - 0.5  # 1.4
+    a2 = d2
+    a1 = d1 + 0.45 * a2
+    a0 = d0 + 0.45 * a1
+    assert torch.allclose(adv[:, 0], torch.tensor([a0, a1, a2]), atol=1e-6)
+    assert torch.allclose(ret, adv + v)
+
+
+def test_terminated_does_not_bootstrap_and_cuts_recursion():
+    r, v = _t([[1.0], [1.0]]), _t([[0.0], [0.0]])
+    nv = _t([[5.0], [7.0]])  # nv[0] is the value of the terminal state: must be ignored
+    term = torch.tensor([[True], [False]])
+    trunc = torch.zeros(2, 1, dtype=torch.bool)
+    adv, _ = gae(r, v, nv, term, trunc, gamma=0.5, lam=1.0)
+    assert adv[0, 0].item() == 1.0  # no bootstrap, no carry from step 1
+    assert adv[1, 0].item() == 1.0 + 0.5 * 7.0
+
+
+def test_truncated_bootstraps_from_final_obs_value_but_cuts_recursion():
+    r, v = _t([[1.0], [1.0]]), _t([[0.0], [0.0]])
+    nv = _t([[4.0], [2.0]])  # nv[0] = V(final_obs) of the truncated episode
+    term = torch.zeros(2, 1, dtype=torch.bool)
+    trunc = torch.tensor([[True], [False]])
+    adv, _ = gae(r, v, nv, term, trunc, gamma=0.5, lam=1.0)
+    assert adv[0, 0].item() == 1.0 + 0.5 * 4.0  # bootstrapped, not carried from step 1
+    assert adv[1, 0].item() == 1.0 + 0.5 * 2.0
+
+
+def test_rollout_buffer_uses_final_obs_values_for_finished_envs():
+    import numpy as np
+
+    from robo_rl.rollout.buffer import RolloutBuffer
+
+    buf = RolloutBuffer(2, 2)
+    obs = {"state": torch.zeros(2, 3)}
+    # step 0: env 1 truncated, V(final_obs)=10; step 1: nothing ends
+    buf.add(obs, {}, torch.zeros(2), torch.tensor([1.0, 1.0]), np.array([0.0, 0.0]), np.array([False, False]),
+            np.array([False, True]), torch.tensor([0.0, 10.0]), np.array([False, True]))
+    buf.add(obs, {}, torch.zeros(2), torch.tensor([3.0, 3.0]), np.array([0.0, 0.0]), np.array([False, False]),
+            np.array([False, False]))
+    batch = buf.finish(torch.tensor([6.0, 6.0]), gamma=1.0, lam=1.0)
+    assert torch.equal(buf.next_values, torch.tensor([[3.0, 10.0], [6.0, 6.0]]))
+    # env 0 advantage at t=0 carries through t=1; env 1 does not
+    adv = batch.advantages.reshape(2, 2)
+    assert adv[0, 0].item() == (0 + 3 - 1) + (0 + 6 - 3)
+    assert adv[0, 1].item() == 0 + 10 - 1

@@ -1,0 +1,85 @@
+import json
+
+import pytest
+import torch
+
+from robo_rl import checkpoint as ck
+from robo_rl.errors import CheckpointError
+
+
+def _model(width=4):
+    return torch.nn.Sequential(torch.nn.Linear(3, width), torch.nn.Linear(width, 2))
+
+
+def _save(root, step, model, **meta):
+    return ck.save(root, step, model.state_dict(), {"algo": {}, "x": step}, {"policy": "mlp", **meta}, keep=2)
+
+
+def test_roundtrip_latest_and_retention(tmp_path):
+    m = _model()
+    for step in (10, 20, 30):
+        _save(tmp_path / "checkpoints", step, m)
+    dirs = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
+    assert dirs == ["step_0000000020", "step_0000000030"]
+    c = ck.resolve(tmp_path)
+    assert c.name == "step_0000000030"
+    assert ck.read_meta(c)["policy"] == "mlp"
+    m2 = _model()
+    ck.load_into(m2, ck.load_model_state(c), c)
+    for a, b in zip(m.state_dict().values(), m2.state_dict().values()):
+        assert torch.equal(a, b)
+    assert ck.load_trainer_state(c)["x"] == 30
+    assert not list((tmp_path / "checkpoints").glob(".*tmp*"))
+
+
+def test_corrupt_weights_meta_and_trainer_state(tmp_path):
+    c = _save(tmp_path / "checkpoints", 1, _model())
+    (c / "model.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        ck.load_model_state(c)
+    (c / "trainer.pt").write_bytes(b"nope")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        ck.load_trainer_state(c)
+    (c / "meta.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        ck.read_meta(c)
+    (c / "meta.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(CheckpointError, match="not a robo-rl checkpoint"):
+        ck.read_meta(c)
+
+
+def test_mismatched_model_is_named(tmp_path):
+    c = _save(tmp_path / "checkpoints", 1, _model(width=4))
+    with pytest.raises(CheckpointError, match=r"shape of '0.bias' is \(4,\) but the model has \(8,\)"):
+        ck.load_into(_model(width=8), ck.load_model_state(c), c)
+
+
+def test_missing_paths(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        ck.resolve(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="no checkpoint found"):
+        ck.resolve(tmp_path)
+
+
+def test_interrupted_save_leaves_previous_checkpoint(tmp_path, monkeypatch):
+    root = tmp_path / "checkpoints"
+    _save(root, 1, _model())
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(OSError):
+        _save(root, 2, _model())
+    assert ck.resolve(tmp_path).name == "step_0000000001"
+    ck.load_model_state(ck.resolve(tmp_path))
+
+
+def test_wilson_interval():
+    from robo_rl.eval.metrics import wilson_interval
+
+    lo, hi = wilson_interval(45, 50)
+    assert lo == pytest.approx(0.7864, abs=1e-3) and hi == pytest.approx(0.9565, abs=1e-3)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    lo, hi = wilson_interval(10, 10)
+    assert hi == 1.0 and 0.69 < lo < 0.73

@@ -1,0 +1,147 @@
+"""End-to-end `robo-rl train/eval` on real ManiSkill3 PickCube-v1 (state obs), kill-and-resume, and
+one-line errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.maniskill
+
+SMALL = ["env.task=PickCube-v1", "env.num_envs=2", "run.rollout_steps=16", "run.eval_every_steps=32",
+         "run.eval_episodes=2", "run.eval_num_envs=1", "run.final_eval_episodes=2", "run.progress=false",
+         "env.max_episode_steps=20", "policy.hidden=[64,64]"]
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("robo-rl: error:")]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    proc = run_cli("train", "configs/quickstart.yaml", *SMALL, "run.total_env_steps=64", f"run.out_dir={out}",
+                   "run.name=two-iters")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / "two-iters"
+
+
+def test_two_iteration_train_writes_a_complete_run_dir(trained_run, need_maniskill):
+    run = trained_run
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [int(r["env_steps"]) for r in rows] == [32, 64]
+    assert rows[0]["eval/success_rate"] != "" and float(rows[0]["steps_per_s"]) > 0
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["env"]["task"] == "PickCube-v1" and cfg["run"]["total_env_steps"] == 64
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 64 and summary["final_eval"]["episodes"] == 2
+    assert (run / "learning_curve.png").stat().st_size > 1000
+    assert (run / "final_policy.mp4").stat().st_size > 1000
+    assert any((run / "tb").iterdir())
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_0000000064"
+
+
+def test_eval_cli_reports_ci_and_video(trained_run, need_maniskill, tmp_path):
+    video = tmp_path / "e.mp4"
+    proc = run_cli("eval", str(trained_run), "--episodes", "3", "--num-envs", "1", "--video", str(video))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["episodes"] == 3 and 0.0 <= out["ci95_low"] <= out["success_rate"] <= out["ci95_high"] <= 1.0
+    assert video.stat().st_size > 1000
+    assert "95% CI" in proc.stderr
+
+
+def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniskill):
+    args = [sys.executable, "-m", "robo_rl.cli", "train", "configs/quickstart.yaml", *SMALL,
+            "run.total_env_steps=640", "run.checkpoint_every_steps=32", "run.eval_every_steps=0",
+            "run.final_eval_episodes=0", f"run.out_dir={tmp_path}", "run.name=victim"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    run = tmp_path / "victim"
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            if (run / "checkpoints" / "latest").exists() and proc.poll() is None:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            time.sleep(0.2)
+        else:
+            pytest.fail("no checkpoint within 300 s")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its env workers, mid-run
+        proc.wait()
+    cfg_before = (run / "config.yaml").read_text()
+    ckpt_step = int((run / "checkpoints" / "latest").read_text().strip().split("_")[1])
+    rows_before = list(csv.DictReader(open(run / "metrics.csv")))
+    assert 0 < ckpt_step < 640
+    res = run_cli("train", "--resume", str(run))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (run / "config.yaml").read_text() == cfg_before
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert rows[: len(rows_before)] == rows_before  # nothing already written is lost
+    resumed = [int(r["env_steps"]) for r in rows[len(rows_before):]]
+    assert resumed[0] == ckpt_step + 32 and resumed[-1] == 640
+    assert json.loads((run / "summary.json").read_text())["env_steps"] == 640
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["algo.lrr=0.1"], "unknown config key 'algo.lrr'"),
+    (["env.num_envs=two"], "'env.num_envs' = 'two' has the wrong type"),
+    (["env.name=manyskill"], "unknown env 'manyskill': did you mean 'maniskill'"),
+    (["policy.name=mpl"], "unknown policy 'mpl': did you mean 'mlp'"),
+])
+def test_bad_config_is_one_line(extra, fragment, tmp_path):
+    err = _one_line_error(run_cli("train", "configs/quickstart.yaml", *extra, f"run.out_dir={tmp_path}", timeout=120))
+    assert fragment in err
+    assert not any(tmp_path.iterdir())  # no run dir created for a bad config
+
+
+def test_unwritable_run_dir_is_one_line():
+    err = _one_line_error(run_cli("train", "configs/quickstart.yaml", "run.out_dir=/proc/robo-rl-nope", timeout=120))
+    assert "cannot write run directory" in err
+
+
+def test_missing_config_file_is_one_line(tmp_path):
+    err = _one_line_error(run_cli("train", str(tmp_path / "missing.yaml"), timeout=120))
+    assert "does not exist" in err
+
+
+def test_corrupt_checkpoint_on_eval_and_resume(trained_run, tmp_path, need_maniskill):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(trained_run, run)
+    ckpt = run / "checkpoints" / "step_0000000064"
+    (ckpt / "model.safetensors").write_bytes(b"\x01\x02corrupt")
+    metrics_before = (run / "metrics.csv").read_bytes()
+    err = _one_line_error(run_cli("eval", str(run), "--episodes", "1", "--no-video"))
+    assert "corrupt" in err
+    err = _one_line_error(run_cli("train", "--resume", str(run)))
+    assert "corrupt" in err
+    assert (run / "metrics.csv").read_bytes() == metrics_before
+
+
+def test_mismatched_checkpoint_is_one_line(trained_run, tmp_path, need_maniskill):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(trained_run, run)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["policy"]["hidden"] = [32]
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    err = _one_line_error(run_cli("train", "--resume", str(run)))
+    assert "does not match this model" in err
