@@ -61,3 +61,18 @@ def test_rollout_buffer_uses_final_obs_values_for_finished_envs():
     adv = batch.advantages.reshape(2, 2)
     assert adv[0, 0].item() == (0 + 3 - 1) + (0 + 6 - 3)
     assert adv[0, 1].item() == 0 + 10 - 1
+
+
+def test_bootstrap_on_terminated_treats_success_like_truncation():
+    import numpy as np
+
+    from robo_rl.rollout.buffer import RolloutBuffer
+
+    def run(flag):
+        buf = RolloutBuffer(1, 1)
+        buf.add({"state": torch.zeros(1, 2)}, {}, torch.zeros(1), torch.tensor([0.0]), np.array([1.0]),
+                np.array([True]), np.array([False]), torch.tensor([4.0]), np.array([True]))
+        return buf.finish(torch.tensor([9.0]), gamma=0.5, lam=1.0, bootstrap_on_terminated=flag).advantages.item()
+
+    assert run(False) == 1.0  # terminal: no bootstrap
+    assert run(True) == 1.0 + 0.5 * 4.0  # bootstrapped from V(final_obs), not from the next episode's 9.0

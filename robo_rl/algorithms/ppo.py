@@ -44,6 +44,10 @@ class PPOConfig:
     """Stop the epoch loop once approx-KL exceeds this (null disables)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
+    bootstrap_on_terminated: bool = False
+    """Bootstrap from V(final_obs) also when an episode is terminated. ManiSkill terminates on
+    success, but a success state is a goal to hold, not the end of value: without this, the agent
+    learns that hovering next to the goal (dense reward every step) beats succeeding (reward once)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gamma <= 1.0:

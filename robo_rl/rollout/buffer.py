@@ -83,13 +83,18 @@ class RolloutBuffer:
     def full(self) -> bool:
         return self.t >= self.T
 
-    def finish(self, last_value: torch.Tensor, gamma: float, lam: float) -> RolloutBatch:
-        """last_value: (B,) V of the obs after the last stored step."""
+    def finish(self, last_value: torch.Tensor, gamma: float, lam: float,
+               bootstrap_on_terminated: bool = False) -> RolloutBatch:
+        """last_value: (B,) V of the obs after the last stored step. With ``bootstrap_on_terminated``
+        a terminated step bootstraps from V(final_obs) like a truncated one (the recursion is still cut)."""
         nv = torch.cat([self.values[1:], last_value[None]], dim=0)
         for t, (mask, fv) in self._final_values.items():
             nv[t] = torch.where(mask, fv, nv[t])
         self.next_values = nv
-        adv, ret = gae(self.rewards, self.values, nv, self.terminated, self.truncated, gamma, lam)
+        term, trunc = self.terminated, self.truncated
+        if bootstrap_on_terminated:
+            term, trunc = torch.zeros_like(term), term | trunc
+        adv, ret = gae(self.rewards, self.values, nv, term, trunc, gamma, lam)
         n = self.T * self.B
         batch = RolloutBatch({k: v.reshape((n,) + v.shape[2:]) for k, v in self.obs.items()},
                              {k: v.reshape((n,) + v.shape[2:]) for k, v in self.extras.items()},

@@ -34,4 +34,4 @@ class EpisodeStats:
         if not self.returns:
             return {}
         return {"success_rate": float(np.mean(self.successes)), "return": float(np.mean(self.returns)),
-                "episode_length": float(np.mean(self.lengths))}
+                "episode_length": float(np.mean(self.lengths)), "episodes": float(self.episodes)}

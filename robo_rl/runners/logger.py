@@ -9,7 +9,7 @@ from typing import Any
 
 CSV_COLUMNS = (
     "iteration", "env_steps", "wall_time", "steps_per_s",
-    "train/success_rate", "train/return", "train/episode_length",
+    "train/success_rate", "train/return", "train/episode_length", "train/episodes",
     "eval/success_rate", "eval/ci_low", "eval/ci_high", "eval/return",
     "loss/policy_loss", "loss/value_loss", "loss/entropy", "loss/approx_kl", "loss/clip_frac",
     "loss/explained_variance", "loss/grad_norm", "loss/lr", "env/worker_restarts",

@@ -8,6 +8,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,11 @@ def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainC
 class Trainer:
     """Runs one training job in ``run_dir``; ``resume=True`` continues from its latest checkpoint."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False) -> None:
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False,
+                 on_iteration: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """``on_iteration(row)`` sees each metrics row; returning True stops the run (benchmarks)."""
         self.cfg = cfg
+        self.on_iteration = on_iteration
         self.run_dir = run_dir
         self.state = TrainState()
         self._resume_ckpt: Path | None = None
@@ -190,7 +194,8 @@ class Trainer:
                         obs = res.obs
                         tobs = policy_obs(obs)
                         st.env_steps += b
-                    batch = buffer.finish(self.policy.value(tobs), gamma, lam)
+                    batch = buffer.finish(self.policy.value(tobs), gamma, lam,
+                                          getattr(cfg.algo, "bootstrap_on_terminated", False))
                 self.policy.train()
                 if hasattr(self.algo, "set_progress"):
                     self.algo.set_progress(st.env_steps / rc.total_env_steps)
@@ -222,6 +227,9 @@ class Trainer:
                     self.save_checkpoint()
                 if rc.stop_at_eval_success is not None and row.get("eval/success_rate", -1) >= rc.stop_at_eval_success:
                     stop_reason = "stop_at_eval_success"
+                    break
+                if self.on_iteration is not None and self.on_iteration(row):
+                    stop_reason = "on_iteration"
                     break
         finally:
             progress.close()
