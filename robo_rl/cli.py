@@ -10,7 +10,6 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from robo_rl.errors import RoboRLError
 

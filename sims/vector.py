@@ -24,6 +24,7 @@ import numpy as np
 
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import RoboRLError, SimulatorUnavailable
+from sims.shm import SharedArrays, vec_env_layout
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,21 @@ class SingleEnv(Protocol):
 EnvFactory = Callable[[], SingleEnv]
 
 
-def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str]) -> None:
+def _write_obs(bufs: SharedArrays, prefix: str, i: int, obs: dict[str, Any]) -> dict[str, Any]:
+    """Write array entries of ``obs`` into row i of the shared buffers; return the other entries."""
+    rest = {}
+    for k, v in obs.items():
+        arr = bufs.arrays.get(f"{prefix}/{k}")
+        if arr is None:
+            rest[k] = v
+        else:
+            arr[i] = v
+    return rest
+
+
+def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str], index: int) -> None:
+    """Worker loop. Messages: ("attach", layouts) once, then ("step"|"reset"|"render"|"close", data).
+    Replies are ("ok", small payload) or ("error", one line, traceback)."""
     os.environ.update(worker_env)
     try:
         import torch
@@ -65,6 +80,7 @@ def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str]) -> None:
         conn.close()
         return
     conn.send(("ok", (env.obs_spec, env.action_spec)))
+    bufs: SharedArrays | None = None
     while True:
         try:
             cmd, data = conn.recv()
@@ -72,14 +88,25 @@ def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str]) -> None:
             break
         try:
             if cmd == "step":
-                obs, reward, terminated, truncated, info = env.step(data)
-                final_obs = None
-                if terminated or truncated:
-                    final_obs = obs
+                obs, reward, terminated, truncated, info = env.step(bufs["actions"][index].copy())
+                final_rest = None
+                done = bool(terminated or truncated)
+                if done:
+                    final_rest = _write_obs(bufs, "final", index, obs)
                     obs = env.reset()
-                conn.send(("ok", (obs, reward, terminated, truncated, info, final_obs)))
+                rest = _write_obs(bufs, "obs", index, obs)
+                bufs["reward"][index] = reward
+                bufs["terminated"][index] = terminated
+                bufs["truncated"][index] = truncated
+                bufs["success"][index] = bool(info.get("success", False))
+                bufs["has_final"][index] = done
+                extra = {k: v for k, v in info.items() if k != "success"}
+                conn.send(("ok", (rest, final_rest, extra) if (rest or final_rest or extra) else None))
             elif cmd == "reset":
-                conn.send(("ok", env.reset(seed=data)))
+                conn.send(("ok", _write_obs(bufs, "obs", index, env.reset(seed=data))))
+            elif cmd == "attach":
+                bufs = SharedArrays.attach(data)
+                conn.send(("ok", None))
             elif cmd == "render":
                 conn.send(("ok", env.render()))
             elif cmd == "close":
@@ -90,6 +117,8 @@ def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str]) -> None:
                 conn.send(("error", f"unknown worker command {cmd!r}", ""))
         except BaseException as err:
             conn.send(("error", f"{type(err).__name__}: {err}", traceback.format_exc()))
+    if bufs is not None:
+        bufs.close()
     conn.close()
 
 
@@ -121,21 +150,31 @@ class SubprocVecEnv:
         self.num_envs = len(factories)
         self.restarts = 0
         self._workers: list[_Worker | None] = [None] * self.num_envs
-        self._last_obs: list[dict[str, Any] | None] = [None] * self.num_envs
-        self._seeds: list[int | None] = [None] * self.num_envs
+        self._last_rest: list[dict[str, Any]] = []
         self._closed = False
+        self._bufs: SharedArrays | None = None
         try:
             pending = [self._spawn(i) for i in range(self.num_envs)]
             specs = [self._await_start(i, w) for i, w in enumerate(pending)]
+            self.obs_spec, self.action_spec = specs[0]
+            for i, (o, a) in enumerate(specs[1:], start=1):
+                if o != self.obs_spec or a != self.action_spec:
+                    raise RoboRLError(f"env worker {i} has obs/action specs that differ from worker 0")
+            self._bufs = SharedArrays.create(vec_env_layout(self.num_envs, self.obs_spec, self.action_spec))
+            for i in range(self.num_envs):
+                self._attach(i)
         except BaseException:
             self.close()
             raise
-        self.obs_spec, self.action_spec = specs[0]
 
     # -- worker lifecycle -------------------------------------------------------------------
+    def _attach(self, i: int) -> None:
+        self._workers[i].conn.send(("attach", self._bufs.layouts))
+        self._recv(i, self.start_timeout)
+
     def _spawn(self, i: int) -> _Worker:
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker, args=(child, self._factories[i], self._worker_env),
+        proc = self._ctx.Process(target=_worker, args=(child, self._factories[i], self._worker_env, i),
                                  daemon=True, name=f"robo-rl-env-{i}")
         proc.start()
         child.close()
@@ -157,6 +196,7 @@ class SubprocVecEnv:
         return msg[1]
 
     def _restart(self, i: int, seed: int | None) -> dict[str, Any]:
+        """Replace worker i; returns the non-array entries of its first obs (arrays land in shm)."""
         old = self._workers[i]
         if old is not None:
             old.conn.close()
@@ -166,6 +206,7 @@ class SubprocVecEnv:
         self.restarts += 1
         log.warning("env worker %d died or hung; replaced it (restart #%d)", i, self.restarts)
         self._await_start(i, self._spawn(i))
+        self._attach(i)
         w = self._workers[i]
         w.conn.send(("reset", seed))
         return self._recv(i, self.start_timeout)
@@ -181,52 +222,70 @@ class SubprocVecEnv:
         return msg[1]
 
     # -- VecEnv contract ----------------------------------------------------------------------
+    def _gather_obs(self, prefix: str, rest: list[dict[str, Any]]) -> Observation:
+        """Copy the shared (B, ...) arrays out (the buffers are reused next step) and add the
+        per-env non-array entries (e.g. instruction strings) as lists."""
+        out: Observation = {k: self._bufs[f"{prefix}/{k}"].copy() for k in self.obs_spec}
+        if rest and rest[0]:
+            for key in rest[0]:
+                out[key] = [r.get(key) if r else None for r in rest]
+        return out
+
     def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
-        self._seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
         for i, w in enumerate(self._workers):
-            w.conn.send(("reset", self._seeds[i]))
-        obs = [self._recv(i, self.start_timeout) for i in range(self.num_envs)]
-        self._last_obs = obs
-        return stack_obs(obs), {}
+            w.conn.send(("reset", seeds[i]))
+        rest = [self._recv(i, self.start_timeout) for i in range(self.num_envs)]
+        self._last_rest = rest
+        return self._gather_obs("obs", rest), {}
 
     def step(self, actions: np.ndarray) -> StepResult:
         actions = np.asarray(actions, dtype=np.float32)
-        if actions.shape[0] != self.num_envs:
-            raise RoboRLError(f"step() got actions of shape {actions.shape}; expected leading dim {self.num_envs}")
+        if actions.shape != self._bufs["actions"].shape:
+            raise RoboRLError(f"step() got actions of shape {actions.shape}; expected {self._bufs['actions'].shape}")
+        bufs = self._bufs
+        bufs["actions"][:] = actions
         sent = []
-        for i, w in enumerate(self._workers):
+        for w in self._workers:
             try:
-                w.conn.send(("step", actions[i]))
+                w.conn.send(("step", None))
                 sent.append(True)
             except (BrokenPipeError, OSError):
                 sent.append(False)
-        obs, rew, term, trunc, success = [], np.zeros(self.num_envs, np.float32), [], [], []
-        finals: dict[int, dict[str, Any]] = {}
         restarted = np.zeros(self.num_envs, bool)
-        extra_info: list[dict[str, Any]] = []
+        rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        final_rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        extras: dict[str, list[Any]] = {}
         for i in range(self.num_envs):
             try:
                 if not sent[i]:
                     raise EOFError
-                o, r, te, tr, info, final = self._recv(i, self.step_timeout)
+                reply = self._recv(i, self.step_timeout)
             except (EOFError, OSError, TimeoutError):
                 restarted[i] = True
-                finals[i] = self._last_obs[i]
-                o, r, te, tr, info = self._restart(i, None), 0.0, False, True, {"success": False}
-                final = finals[i]
-            obs.append(o)
-            rew[i] = r
-            term.append(bool(te))
-            trunc.append(bool(tr))
-            success.append(bool(info.get("success", False)))
-            extra_info.append(info)
-            if final is not None:
-                finals[i] = final
-        self._last_obs = obs
-        out_info: dict[str, Any] = {"success": np.asarray(success, bool), "worker_restarted": restarted}
-        if finals:
-            out_info["final_obs"] = stack_obs([finals.get(i, obs[i]) for i in range(self.num_envs)])
-        return StepResult(stack_obs(obs), rew, np.asarray(term, bool), np.asarray(trunc, bool), out_info)
+                # the episode ends here: its last good obs (still in obs/*) becomes final_obs
+                for k in self.obs_spec:
+                    bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
+                final_rest[i] = self._last_rest[i] if self._last_rest else {}
+                rest[i] = self._restart(i, None)
+                bufs["reward"][i] = 0.0
+                bufs["terminated"][i] = False
+                bufs["truncated"][i] = True
+                bufs["success"][i] = False
+                bufs["has_final"][i] = True
+                continue
+            if reply is not None:
+                r, fr, extra = reply
+                rest[i], final_rest[i] = r or {}, fr or {}
+                for k, v in extra.items():
+                    extras.setdefault(k, [None] * self.num_envs)[i] = v
+        self._last_rest = rest
+        info: dict[str, Any] = {"success": bufs["success"].copy(), "worker_restarted": restarted}
+        info.update(extras)
+        if bufs["has_final"].any():
+            info["final_obs"] = self._gather_obs("final", final_rest)
+        return StepResult(self._gather_obs("obs", rest), bufs["reward"].copy(), bufs["terminated"].copy(),
+                          bufs["truncated"].copy(), info)
 
     def render(self) -> np.ndarray:
         for w in self._workers:
@@ -257,6 +316,9 @@ class SubprocVecEnv:
                 w.process.kill()
                 w.process.join(timeout=5)
             w.conn.close()
+        if getattr(self, "_bufs", None) is not None:
+            self._bufs.close()
+            self._bufs = None
 
     def __enter__(self) -> SubprocVecEnv:
         return self
@@ -269,12 +331,3 @@ class SubprocVecEnv:
             self.close()
         except Exception:
             pass
-
-
-def stack_obs(items: list[dict[str, Any]]) -> Observation:
-    """Stack per-env observation dicts into one batched Observation (lists for strings)."""
-    out: Observation = {}
-    for key in items[0]:
-        vals = [it[key] for it in items]
-        out[key] = list(vals) if isinstance(vals[0], str) else np.stack(vals)
-    return out

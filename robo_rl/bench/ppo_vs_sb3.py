@@ -19,6 +19,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 THRESHOLDS = (0.5, 0.9)
 WINDOW = 40
 
@@ -68,7 +70,6 @@ class _SB3EnvFactory:
         self.env_cfg, self.seed, self.success_as_truncation = env_cfg, seed, success_as_truncation
 
     def __call__(self) -> Any:
-        import gymnasium as gym
         import mani_skill.envs  # noqa: F401
         import torch
         from mani_skill.utils.wrappers.gymnasium import CPUGymWrapper
@@ -81,28 +82,18 @@ class _SB3EnvFactory:
             kw["max_episode_steps"] = c.max_episode_steps
         env = CPUGymWrapper(gym.make(c.task, **kw))
         if self.success_as_truncation:
-            env = _TerminatedAsTruncated(env)
+            env = TerminatedAsTruncated(env)
         env.reset(seed=self.seed)
         return env
 
 
-def _terminated_as_truncated_step(env: Any, action: Any) -> Any:
-    obs, rew, term, trunc, info = env.env.step(action)
-    return obs, rew, False, bool(term or trunc), info
-
-
-class _TerminatedAsTruncated:
+class TerminatedAsTruncated(gym.Wrapper):
     """SB3 bootstraps from the terminal observation only on truncation; reporting ManiSkill's
     success-termination as truncation gives SB3 the same ``bootstrap_on_terminated`` rule as ours."""
 
-    def __new__(cls, env: Any) -> Any:
-        import gymnasium as gym
-
-        class Wrapper(gym.Wrapper):
-            def step(self, action: Any) -> Any:
-                return _terminated_as_truncated_step(self, action)
-
-        return Wrapper(env)
+    def step(self, action: Any) -> Any:
+        obs, rew, term, trunc, info = self.env.step(action)
+        return obs, rew, False, bool(term or trunc), info
 
 
 def run_sb3(cfg: Any, minutes: float) -> dict[str, Any]:

@@ -7,8 +7,8 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
