@@ -71,3 +71,27 @@ def test_killed_worker_is_replaced_and_episode_truncated(need_maniskill):
             assert not res.info["worker_restarted"].any()
     finally:
         env.close()
+
+
+def test_rgb_observations_feed_the_cnn_policy(need_maniskill):
+    import torch
+
+    from policies.cnn import CNNActorCritic, CNNConfig
+    from robo_rl.runners.build import policy_obs
+
+    env = _env(obs_mode="rgb", image_size=64, num_envs=1)
+    try:
+        obs, _ = env.reset(seed=0)
+        rgb = obs["rgb"]
+        assert rgb.dtype == np.uint8 and rgb.shape[0] == 1 and rgb.shape[2:] == (64, 64, 3)
+        assert rgb.shape[1:] == env.obs_spec["rgb"].shape and rgb.std() > 0  # a real rendered image
+        assert obs["state"].shape == (1, *env.obs_spec["state"].shape)
+        pol = CNNActorCritic(CNNConfig(), env.obs_spec, env.action_spec)
+        out = pol.act(policy_obs(obs))
+        assert out.actions.shape == (1, 8)
+        lp, ent, v = pol.evaluate(policy_obs(obs), out.extras)
+        assert torch.allclose(lp, out.log_prob) and v.shape == (1,)
+        res = env.step(out.actions.detach().numpy().clip(-1, 1))
+        assert res.obs["rgb"].shape == rgb.shape
+    finally:
+        env.close()
