@@ -8,13 +8,13 @@ normalized state, feeds Gaussian actor and critic MLP heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 
-from policies.mlp import _ACT, GaussianHead, mlp
-from robo_rl.contracts import ArraySpec, PolicyOutput
+from policies.mlp import _ACT, GaussianActorCritic, mlp
+from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.normalize import RunningMeanStd
 
@@ -60,7 +60,7 @@ class CNNEncoder(nn.Module):
         return self.proj(self.conv(x))
 
 
-class CNNActorCritic(GaussianHead):
+class CNNActorCritic(GaussianActorCritic):
     """``Policy`` for rgb observations; shapes in the module docstring."""
 
     Config = CNNConfig
@@ -89,14 +89,3 @@ class CNNActorCritic(GaussianHead):
     def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
         if self.state_norm is not None:
             self.state_norm.update(torch.as_tensor(obs["state"], dtype=torch.float32))
-
-    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> PolicyOutput:
-        x = self._features(obs)
-        return self._act_from(self.actor(x), self.critic(x).squeeze(-1), deterministic)
-
-    def evaluate(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> tuple:
-        x = self._features(obs)
-        return self._evaluate_from(self.actor(x), self.critic(x).squeeze(-1), extras)
-
-    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.critic(self._features(obs)).squeeze(-1)

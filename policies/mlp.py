@@ -54,29 +54,41 @@ def mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Se
     return nn.Sequential(*layers)
 
 
-class GaussianHead(nn.Module):
-    """Shared Gaussian action/log-prob/entropy logic for actor-critics with a feature trunk."""
+class GaussianActorCritic(nn.Module):
+    """Shared Gaussian actor-critic logic over a feature trunk. Subclasses define ``_features(obs)``
+    -> (B, F), ``actor`` (F -> A), ``critic`` (F -> 1) and ``log_std`` (A,)."""
 
     log_std: nn.Parameter
+    actor: nn.Module
+    critic: nn.Module
+
+    def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
 
     def _dist(self, mean: torch.Tensor) -> torch.distributions.Normal:
         return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
 
-    def _act_from(self, mean: torch.Tensor, value: torch.Tensor, deterministic: bool) -> PolicyOutput:
+    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> PolicyOutput:
+        x = self._features(obs)
+        mean = self.actor(x)
         dist = self._dist(mean)
         action = mean if deterministic else dist.sample()
-        return PolicyOutput(actions=action, log_prob=dist.log_prob(action).sum(-1), value=value,
+        return PolicyOutput(actions=action, log_prob=dist.log_prob(action).sum(-1), value=self.critic(x).squeeze(-1),
                             extras={"action": action})
 
-    def _evaluate_from(self, mean: torch.Tensor, value: torch.Tensor, extras: dict[str, Any]) -> tuple:
-        dist = self._dist(mean)
-        return dist.log_prob(extras["action"]).sum(-1), dist.entropy().sum(-1), value
+    def evaluate(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> tuple:
+        x = self._features(obs)
+        dist = self._dist(self.actor(x))
+        return dist.log_prob(extras["action"]).sum(-1), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
+
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.critic(self._features(obs)).squeeze(-1)
 
     def reset(self, env_ids: Any = None) -> None:
         """Stateless policy: nothing to clear."""
 
 
-class MLPActorCritic(GaussianHead):
+class MLPActorCritic(GaussianActorCritic):
     """``Policy`` for state observations; see module docstring for shapes."""
 
     Config = MLPConfig
@@ -101,14 +113,3 @@ class MLPActorCritic(GaussianHead):
     def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
         if self.obs_norm is not None:
             self.obs_norm.update(torch.as_tensor(obs["state"], dtype=torch.float32))
-
-    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> PolicyOutput:
-        x = self._features(obs)
-        return self._act_from(self.actor(x), self.critic(x).squeeze(-1), deterministic)
-
-    def evaluate(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> tuple:
-        x = self._features(obs)
-        return self._evaluate_from(self.actor(x), self.critic(x).squeeze(-1), extras)
-
-    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.critic(self._features(obs)).squeeze(-1)
