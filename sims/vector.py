@@ -331,3 +331,32 @@ class SubprocVecEnv:
             self.close()
         except Exception:
             pass
+
+
+class VecEnvWrapper:
+    """Forwards the VecEnv contract to ``self._impl`` (a SubprocVecEnv or a batched GPU env);
+    simulator adapters subclass it and only build ``_impl``, ``obs_spec`` and ``action_spec``."""
+
+    _impl: Any
+    num_envs: int
+
+    @property
+    def restarts(self) -> int:
+        """Env workers replaced so far."""
+        return getattr(self._impl, "restarts", 0)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._impl.worker_pids() if hasattr(self._impl, "worker_pids") else []
+
+    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
+        return self._impl.reset(seed)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        return self._impl.step(actions)
+
+    def render(self) -> np.ndarray:
+        return self._impl.render()
+
+    def close(self) -> None:
+        self._impl.close()

@@ -13,21 +13,29 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@functools.lru_cache(maxsize=1)
-def maniskill_status() -> tuple[bool, str]:
-    from robo_rl.info import _check_maniskill
+def _backend_fixture(check_name: str, label: str):
+    """A fixture that skips (or, in CI, fails) when a simulator backend does not work here."""
 
-    item = _check_maniskill()
-    return item["ok"], item["detail"]
+    @functools.lru_cache(maxsize=1)
+    def status() -> tuple[bool, str]:
+        from robo_rl import info
+
+        item = getattr(info, check_name)()
+        return item["ok"], item["detail"]
+
+    @pytest.fixture
+    def fixture() -> None:
+        ok, detail = status()
+        if not ok:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"{label} must work in CI: {detail}")
+            pytest.skip(detail)
+
+    return fixture
 
 
-@pytest.fixture
-def need_maniskill() -> None:
-    ok, detail = maniskill_status()
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"ManiSkill must work in CI: {detail}")
-        pytest.skip(detail)
+need_maniskill = _backend_fixture("_check_maniskill", "ManiSkill")
+need_libero = _backend_fixture("_check_libero", "LIBERO")
 
 
 def run_cli(*args: str, timeout: float = 600, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -36,19 +44,3 @@ def run_cli(*args: str, timeout: float = 600, cwd: Path | None = None, env: dict
     return subprocess.run([sys.executable, "-m", "robo_rl.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or REPO, env=full_env)
 
-
-@functools.lru_cache(maxsize=1)
-def libero_status() -> tuple[bool, str]:
-    from robo_rl.info import _check_libero
-
-    item = _check_libero()
-    return item["ok"], item["detail"]
-
-
-@pytest.fixture
-def need_libero() -> None:
-    ok, detail = libero_status()
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"LIBERO must work in CI: {detail}")
-        pytest.skip(detail)

@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from robo_rl.contracts import ArraySpec, Observation, StepResult
+from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from sims.libero.suites import MAX_STEPS, check_suite, check_task_ids, suite_tasks
-from sims.vector import SubprocVecEnv
+from sims.vector import SubprocVecEnv, VecEnvWrapper
 
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1], np.float32)
 
@@ -150,7 +150,7 @@ class _Factory:
         return LiberoSingleEnv(self.cfg, self.task_index, self.env_index)
 
 
-class LiberoVecEnv:
+class LiberoVecEnv(VecEnvWrapper):
     """VecEnv over LIBERO tasks in spawn workers (``render`` is accepted for the common signature;
     frames come from the agentview camera)."""
 
@@ -174,23 +174,3 @@ class LiberoVecEnv:
         factories = [_Factory(cfg, ids[i % len(ids)], i) for i in range(cfg.num_envs)]
         self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env)
         self.obs_spec, self.action_spec = self._impl.obs_spec, self._impl.action_spec
-
-    @property
-    def restarts(self) -> int:
-        return self._impl.restarts
-
-    @property
-    def worker_pids(self) -> list[int]:
-        return self._impl.worker_pids()
-
-    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
-        return self._impl.reset(seed)
-
-    def step(self, actions: np.ndarray) -> StepResult:
-        return self._impl.step(actions)
-
-    def render(self) -> np.ndarray:
-        return self._impl.render()
-
-    def close(self) -> None:
-        self._impl.close()

@@ -20,7 +20,7 @@ import numpy as np
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, SimulatorUnavailable
 from sims.maniskill.tasks import check_assets, no_stdin_prompts
-from sims.vector import SubprocVecEnv
+from sims.vector import SubprocVecEnv, VecEnvWrapper
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def cuda_available() -> bool:
         return False
 
 
-class ManiSkillVecEnv:
+class ManiSkillVecEnv(VecEnvWrapper):
     """VecEnv over ManiSkill3 (see module docstring). ``render=True`` enables video frames."""
 
     Config = ManiSkillConfig
@@ -215,26 +215,6 @@ class ManiSkillVecEnv:
                                        step_timeout=cfg.step_timeout, worker_env=worker_env)
         self.obs_spec = self._impl.obs_spec
         self.action_spec = self._impl.action_spec
-
-    @property
-    def restarts(self) -> int:
-        return getattr(self._impl, "restarts", 0)
-
-    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
-        return self._impl.reset(seed)
-
-    def step(self, actions: np.ndarray) -> StepResult:
-        return self._impl.step(actions)
-
-    def render(self) -> np.ndarray:
-        return self._impl.render()
-
-    def close(self) -> None:
-        self._impl.close()
-
-    @property
-    def worker_pids(self) -> list[int]:
-        return self._impl.worker_pids() if hasattr(self._impl, "worker_pids") else []
 
 
 class _GPUBatch:
