@@ -13,6 +13,7 @@ for objects to settle, as the standard evaluations do.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,8 @@ from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from sims.libero.suites import MAX_STEPS, check_suite, check_task_ids, suite_tasks
 from sims.vector import SubprocVecEnv, VecEnvWrapper
+
+log = logging.getLogger(__name__)
 
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1], np.float32)
 
@@ -49,8 +52,8 @@ class LiberoConfig:
     """Cheaper rendering for training (no shadows/reflections/MSAA); off for evaluation parity."""
     gl: Literal["osmesa", "egl"] = "osmesa"
     """MuJoCo headless GL backend."""
-    render_gpu: int = -1
-    """EGL device for rendering (-1 = default / CPU)."""
+    render_gpu: int | Literal["auto"] = "auto"
+    """EGL render device: an index, -1 for the default device, or auto (workers balanced over the visible GPUs)."""
     step_timeout: float = 120.0
     """Seconds before a worker step is declared hung and the worker replaced."""
 
@@ -76,7 +79,7 @@ def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 class LiberoSingleEnv:
     """One LIBERO task in one process (see module docstring for the contract)."""
 
-    def __init__(self, cfg: LiberoConfig, task_index: int, env_index: int = 0) -> None:
+    def __init__(self, cfg: LiberoConfig, task_index: int, env_index: int = 0, render_gpu: int = -1) -> None:
         from sims.libero.paths import check_assets, ensure_config
 
         ensure_config()
@@ -90,7 +93,7 @@ class LiberoSingleEnv:
 
         self.init_states = torch.load(self.task.init_states_file, weights_only=False)
         self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, camera_heights=cfg.image_size,
-                                      camera_widths=cfg.image_size, render_gpu_device_id=cfg.render_gpu,
+                                      camera_widths=cfg.image_size, render_gpu_device_id=render_gpu,
                                       hard_reset=False)  # keep the MuJoCo model between episodes (~3 s -> 0.4 s)
         if cfg.fast_render:
             self._lighten_rendering()
@@ -145,9 +148,23 @@ class _Factory:
     cfg: LiberoConfig
     task_index: int
     env_index: int
+    render_gpu: int
 
     def __call__(self) -> LiberoSingleEnv:
-        return LiberoSingleEnv(self.cfg, self.task_index, self.env_index)
+        return LiberoSingleEnv(self.cfg, self.task_index, self.env_index, self.render_gpu)
+
+
+def render_devices(cfg: LiberoConfig) -> list[int]:
+    """EGL render device per worker: fixed, or balanced over the visible GPUs (-1 = default/CPU)."""
+    if cfg.render_gpu != "auto":
+        return [int(cfg.render_gpu)] * cfg.num_envs
+    if cfg.gl != "egl":
+        return [-1] * cfg.num_envs
+    from robo_rl.distributed.placement import describe, egl_device_id, place_env_workers, visible_devices
+
+    placements = place_env_workers([1] * cfg.num_envs, visible_devices())
+    log.info("LIBERO render placement: %s", describe(placements))
+    return [-1 if p.device is None else egl_device_id(p.device) for p in placements]
 
 
 class LiberoVecEnv(VecEnvWrapper):
@@ -169,8 +186,7 @@ class LiberoVecEnv(VecEnvWrapper):
         self.instructions = [tasks[ids[i % len(ids)]].instruction for i in range(cfg.num_envs)]
         worker_env = {"MUJOCO_GL": cfg.gl, "PYOPENGL_PLATFORM": cfg.gl, "LP_NUM_THREADS": "1",
                       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        if cfg.gl == "egl" and cfg.render_gpu >= 0:
-            worker_env["MUJOCO_EGL_DEVICE_ID"] = str(cfg.render_gpu)
-        factories = [_Factory(cfg, ids[i % len(ids)], i) for i in range(cfg.num_envs)]
+        self.render_devices = render_devices(cfg)
+        factories = [_Factory(cfg, ids[i % len(ids)], i, self.render_devices[i]) for i in range(cfg.num_envs)]
         self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env)
         self.obs_spec, self.action_spec = self._impl.obs_spec, self._impl.action_spec

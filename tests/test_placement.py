@@ -1,0 +1,70 @@
+from collections import Counter
+
+import pytest
+
+from robo_rl.distributed.placement import Device, describe, egl_device_id, place_env_workers
+from robo_rl.errors import ConfigError
+
+
+def _envs_per_device(placements):
+    c = Counter()
+    for p in placements:
+        c[p.device] += p.envs
+    return c
+
+
+def test_no_gpu_means_cpu():
+    out = place_env_workers([1, 1, 1], [])
+    assert [p.device for p in out] == [None, None, None]
+    assert describe(out) == "cpu: workers [0, 1, 2] (3 envs)"
+
+
+def test_one_gpu_takes_everything():
+    out = place_env_workers([2, 2], [Device(0)])
+    assert {p.device for p in out} == {0}
+
+
+@pytest.mark.parametrize("workers", [1, 3, 5, 8, 13])
+def test_eight_gpus_even_within_one(workers):
+    devs = [Device(i) for i in range(8)]
+    counts = _envs_per_device(place_env_workers([1] * workers, devs))
+    per = [counts.get(i, 0) for i in range(8)]
+    assert max(per) - min(per) <= 1 and sum(per) == workers
+
+
+def test_two_gpus_uneven_worker_sizes_balance_envs():
+    out = place_env_workers([4, 1, 1, 3, 1], [Device(0), Device(1)])
+    counts = _envs_per_device(out)
+    assert counts[0] + counts[1] == 10 and abs(counts[0] - counts[1]) <= 4
+    assert sorted(counts.values()) == [5, 5]
+
+
+def test_existing_load_on_learner_gpu_is_avoided():
+    out = place_env_workers([1] * 4, [Device(0, load=3.0), Device(1)])
+    counts = _envs_per_device(out)
+    assert counts[1] == 3 and counts[0] == 1  # loads end at 4 and 3
+
+
+def test_bad_inputs():
+    with pytest.raises(ConfigError, match=">= 1 env"):
+        place_env_workers([1, 0], [Device(0)])
+    with pytest.raises(ConfigError, match="duplicate"):
+        place_env_workers([1], [Device(0), Device(0)])
+
+
+def test_egl_ids_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert egl_device_id(1) == 5
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert egl_device_id(1) == 1
+
+
+def test_libero_render_devices_follow_the_placement(monkeypatch):
+    import robo_rl.distributed.placement as placement
+    from sims.libero.env import LiberoConfig, render_devices
+
+    monkeypatch.setattr(placement, "visible_devices", lambda: [Device(0), Device(1)])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert render_devices(LiberoConfig(num_envs=5, gl="egl")) == [0, 1, 0, 1, 0]
+    assert render_devices(LiberoConfig(num_envs=3, gl="osmesa")) == [-1, -1, -1]  # osmesa renders on the CPU
+    assert render_devices(LiberoConfig(num_envs=2, gl="egl", render_gpu=1)) == [1, 1]
