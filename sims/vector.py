@@ -62,9 +62,28 @@ def _write_obs(bufs: SharedArrays, prefix: str, i: int, obs: dict[str, Any]) -> 
     return rest
 
 
-def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str], index: int) -> None:
-    """Worker loop. Messages: ("attach", layouts) once, then ("step"|"reset"|"render"|"close", data).
-    Replies are ("ok", small payload) or ("error", one line, traceback)."""
+def _step_one(env: SingleEnv, bufs: SharedArrays, i: int) -> tuple | None:
+    """Step env row i (auto-reset on episode end); arrays go to shm, the rest is returned."""
+    obs, reward, terminated, truncated, info = env.step(bufs["actions"][i].copy())
+    final_rest = None
+    done = bool(terminated or truncated)
+    if done:
+        final_rest = _write_obs(bufs, "final", i, obs)
+        obs = env.reset()
+    rest = _write_obs(bufs, "obs", i, obs)
+    bufs["reward"][i] = reward
+    bufs["terminated"][i] = terminated
+    bufs["truncated"][i] = truncated
+    bufs["success"][i] = bool(info.get("success", False))
+    bufs["has_final"][i] = done
+    extra = {k: v for k, v in info.items() if k != "success"}
+    return (rest, final_rest, extra) if (rest or final_rest or extra) else None
+
+
+def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env: dict[str, str]) -> None:
+    """Worker loop hosting ``len(rows)`` envs (env j writes shm row ``rows[j]``), stepped in turn.
+    Messages: ("attach", layouts) once, then ("step"|"reset"|"render"|"close", data).
+    Replies are ("ok", small payload per env) or ("error", one line, traceback)."""
     os.environ.update(worker_env)
     try:
         import torch
@@ -73,13 +92,13 @@ def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str], index: i
     except ImportError:  # pragma: no cover - torch is a core dependency
         pass
     try:
-        env = factory()
+        envs = [f() for f in factories]
     except BaseException as err:  # report any failure to the parent as one line
         msg = str(err) if isinstance(err, RoboRLError) else f"{type(err).__name__}: {err}"
         conn.send(("error", msg.splitlines()[0] if msg else type(err).__name__, traceback.format_exc()))
         conn.close()
         return
-    conn.send(("ok", (env.obs_spec, env.action_spec)))
+    conn.send(("ok", [(e.obs_spec, e.action_spec) for e in envs]))
     bufs: SharedArrays | None = None
     while True:
         try:
@@ -88,29 +107,17 @@ def _worker(conn: Any, factory: EnvFactory, worker_env: dict[str, str], index: i
             break
         try:
             if cmd == "step":
-                obs, reward, terminated, truncated, info = env.step(bufs["actions"][index].copy())
-                final_rest = None
-                done = bool(terminated or truncated)
-                if done:
-                    final_rest = _write_obs(bufs, "final", index, obs)
-                    obs = env.reset()
-                rest = _write_obs(bufs, "obs", index, obs)
-                bufs["reward"][index] = reward
-                bufs["terminated"][index] = terminated
-                bufs["truncated"][index] = truncated
-                bufs["success"][index] = bool(info.get("success", False))
-                bufs["has_final"][index] = done
-                extra = {k: v for k, v in info.items() if k != "success"}
-                conn.send(("ok", (rest, final_rest, extra) if (rest or final_rest or extra) else None))
+                conn.send(("ok", [_step_one(e, bufs, i) for e, i in zip(envs, rows)]))
             elif cmd == "reset":
-                conn.send(("ok", _write_obs(bufs, "obs", index, env.reset(seed=data))))
+                conn.send(("ok", [_write_obs(bufs, "obs", i, e.reset(seed=sd)) for e, i, sd in zip(envs, rows, data)]))
             elif cmd == "attach":
                 bufs = SharedArrays.attach(data)
                 conn.send(("ok", None))
             elif cmd == "render":
-                conn.send(("ok", env.render()))
+                conn.send(("ok", [e.render() for e in envs]))
             elif cmd == "close":
-                env.close()
+                for e in envs:
+                    e.close()
                 conn.send(("ok", None))
                 break
             else:
@@ -129,96 +136,107 @@ class _Worker:
 
 
 class SubprocVecEnv:
-    """B subprocess workers, one env each, behind the VecEnv contract.
+    """B envs in W subprocess workers (``envs_per_worker`` each, the last may hold fewer) behind the
+    VecEnv contract. Actions and array observations travel through shared memory.
 
     Args:
-        factories: one picklable zero-arg callable per env.
+        factories: one picklable zero-arg callable per env (B in all).
+        envs_per_worker: envs hosted (and stepped in turn) by one worker process.
         step_timeout: seconds a worker may take for one step before it is declared hung.
-        start_timeout: seconds a worker may take to build its env.
-        worker_env: environment variables set in every worker before the env is built.
+        start_timeout: seconds a worker may take to build its envs.
+        worker_env: environment variables set in every worker before the envs are built.
     """
 
     def __init__(self, factories: list[EnvFactory], step_timeout: float = 60.0, start_timeout: float = 180.0,
-                 worker_env: dict[str, str] | None = None, start_method: str = "spawn") -> None:
+                 worker_env: dict[str, str] | None = None, start_method: str = "spawn",
+                 envs_per_worker: int = 1) -> None:
         if not factories:
             raise RoboRLError("SubprocVecEnv needs at least one env factory (num_envs >= 1)")
+        if envs_per_worker < 1:
+            raise RoboRLError(f"envs_per_worker = {envs_per_worker} must be >= 1")
         self._ctx = mp.get_context(start_method)
         self._factories = factories
         self._worker_env = dict(worker_env or {})
         self.step_timeout = step_timeout
         self.start_timeout = start_timeout
         self.num_envs = len(factories)
+        self._rows = [list(range(s, min(s + envs_per_worker, self.num_envs)))
+                      for s in range(0, self.num_envs, envs_per_worker)]
         self.restarts = 0
-        self._workers: list[_Worker | None] = [None] * self.num_envs
-        self._last_rest: list[dict[str, Any]] = []
+        self._workers: list[_Worker | None] = [None] * len(self._rows)
+        self._last_rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self._closed = False
         self._bufs: SharedArrays | None = None
         try:
-            pending = [self._spawn(i) for i in range(self.num_envs)]
-            specs = [self._await_start(i, w) for i, w in enumerate(pending)]
+            pending = [self._spawn(w) for w in range(len(self._rows))]
+            specs = [spec for w, proc in enumerate(pending) for spec in self._await_start(w, proc)]
             self.obs_spec, self.action_spec = specs[0]
             for i, (o, a) in enumerate(specs[1:], start=1):
                 if o != self.obs_spec or a != self.action_spec:
-                    raise RoboRLError(f"env worker {i} has obs/action specs that differ from worker 0")
+                    raise RoboRLError(f"env {i} has obs/action specs that differ from env 0")
             self._bufs = SharedArrays.create(vec_env_layout(self.num_envs, self.obs_spec, self.action_spec))
-            for i in range(self.num_envs):
-                self._attach(i)
+            for w in range(len(self._rows)):
+                self._attach(w)
         except BaseException:
             self.close()
             raise
 
-    # -- worker lifecycle -------------------------------------------------------------------
-    def _attach(self, i: int) -> None:
-        self._workers[i].conn.send(("attach", self._bufs.layouts))
-        self._recv(i, self.start_timeout)
+    @property
+    def num_workers(self) -> int:
+        return len(self._rows)
 
-    def _spawn(self, i: int) -> _Worker:
+    # -- worker lifecycle -------------------------------------------------------------------
+    def _attach(self, w: int) -> None:
+        self._workers[w].conn.send(("attach", self._bufs.layouts))
+        self._recv(w, self.start_timeout)
+
+    def _spawn(self, w: int) -> _Worker:
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker, args=(child, self._factories[i], self._worker_env, i),
-                                 daemon=True, name=f"robo-rl-env-{i}")
+        rows = self._rows[w]
+        proc = self._ctx.Process(target=_worker, args=(child, [self._factories[i] for i in rows], rows, self._worker_env),
+                                 daemon=True, name=f"robo-rl-env-worker-{w}")
         proc.start()
         child.close()
         worker = _Worker(proc, parent)
-        self._workers[i] = worker
+        self._workers[w] = worker
         return worker
 
-    def _await_start(self, i: int, worker: _Worker) -> tuple[dict[str, ArraySpec], ArraySpec]:
+    def _await_start(self, w: int, worker: _Worker) -> list[tuple[dict[str, ArraySpec], ArraySpec]]:
         if not worker.conn.poll(self.start_timeout):
-            raise SimulatorUnavailable(f"env worker {i} did not start within {self.start_timeout:.0f}s")
+            raise SimulatorUnavailable(f"env worker {w} did not start within {self.start_timeout:.0f}s")
         try:
             msg = worker.conn.recv()
         except EOFError:
             raise SimulatorUnavailable(
-                f"env worker {i} died while building its env (exit code {worker.process.exitcode})") from None
+                f"env worker {w} died while building its env (exit code {worker.process.exitcode})") from None
         if msg[0] == "error":
-            log.debug("env worker %d failed:\n%s", i, msg[2])
+            log.debug("env worker %d failed:\n%s", w, msg[2])
             raise SimulatorUnavailable(msg[1])
         return msg[1]
 
-    def _restart(self, i: int, seed: int | None) -> dict[str, Any]:
-        """Replace worker i; returns the non-array entries of its first obs (arrays land in shm)."""
-        old = self._workers[i]
+    def _restart(self, w: int) -> list[dict[str, Any]]:
+        """Replace worker w and reset its envs; returns their non-array obs entries (arrays land in shm)."""
+        old = self._workers[w]
         if old is not None:
             old.conn.close()
             if old.process.is_alive():
                 old.process.kill()
             old.process.join(timeout=5)
         self.restarts += 1
-        log.warning("env worker %d died or hung; replaced it (restart #%d)", i, self.restarts)
-        self._await_start(i, self._spawn(i))
-        self._attach(i)
-        w = self._workers[i]
-        w.conn.send(("reset", seed))
-        return self._recv(i, self.start_timeout)
+        log.warning("env worker %d died or hung; replaced it (restart #%d)", w, self.restarts)
+        self._await_start(w, self._spawn(w))
+        self._attach(w)
+        self._workers[w].conn.send(("reset", [None] * len(self._rows[w])))
+        return self._recv(w, self.start_timeout)
 
-    def _recv(self, i: int, timeout: float) -> Any:
-        w = self._workers[i]
-        if not w.conn.poll(timeout):
-            raise TimeoutError(f"env worker {i} took more than {timeout:.0f}s")
-        msg = w.conn.recv()
+    def _recv(self, w: int, timeout: float) -> Any:
+        conn = self._workers[w].conn
+        if not conn.poll(timeout):
+            raise TimeoutError(f"env worker {w} took more than {timeout:.0f}s")
+        msg = conn.recv()
         if msg[0] == "error":
-            log.debug("env worker %d error:\n%s", i, msg[2])
-            raise RoboRLError(f"env worker {i}: {msg[1]}")
+            log.debug("env worker %d error:\n%s", w, msg[2])
+            raise RoboRLError(f"env worker {w}: {msg[1]}")
         return msg[1]
 
     # -- VecEnv contract ----------------------------------------------------------------------
@@ -226,24 +244,27 @@ class SubprocVecEnv:
         """Copy the shared (B, ...) arrays out (the buffers are reused next step) and add the
         per-env non-array entries (e.g. instruction strings) as lists."""
         out: Observation = {k: self._bufs[f"{prefix}/{k}"].copy() for k in self.obs_spec}
-        if rest and rest[0]:
-            for key in rest[0]:
-                out[key] = [r.get(key) if r else None for r in rest]
+        keys = {k for r in rest if r for k in r}
+        for key in sorted(keys):
+            out[key] = [r.get(key) if r else None for r in rest]
         return out
 
     def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
-        seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
-        for i, w in enumerate(self._workers):
-            w.conn.send(("reset", seeds[i]))
-        rest = [self._recv(i, self.start_timeout) for i in range(self.num_envs)]
+        """Reset every env; env i is seeded ``seed + i``."""
+        for w, rows in enumerate(self._rows):
+            self._workers[w].conn.send(("reset", [None if seed is None else seed + i for i in rows]))
+        rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        for w, rows in enumerate(self._rows):
+            for i, r in zip(rows, self._recv(w, self.start_timeout)):
+                rest[i] = r
         self._last_rest = rest
         return self._gather_obs("obs", rest), {}
 
     def step(self, actions: np.ndarray) -> StepResult:
         actions = np.asarray(actions, dtype=np.float32)
-        if actions.shape != self._bufs["actions"].shape:
-            raise RoboRLError(f"step() got actions of shape {actions.shape}; expected {self._bufs['actions'].shape}")
         bufs = self._bufs
+        if actions.shape != bufs["actions"].shape:
+            raise RoboRLError(f"step() got actions of shape {actions.shape}; expected {bufs['actions'].shape}")
         bufs["actions"][:] = actions
         sent = []
         for w in self._workers:
@@ -256,29 +277,32 @@ class SubprocVecEnv:
         rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         final_rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         extras: dict[str, list[Any]] = {}
-        for i in range(self.num_envs):
+        for w, rows in enumerate(self._rows):
             try:
-                if not sent[i]:
+                if not sent[w]:
                     raise EOFError
-                reply = self._recv(i, self.step_timeout)
+                replies = self._recv(w, self.step_timeout)
             except (EOFError, OSError, TimeoutError):
-                restarted[i] = True
-                # the episode ends here: its last good obs (still in obs/*) becomes final_obs
-                for k in self.obs_spec:
-                    bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
-                final_rest[i] = self._last_rest[i] if self._last_rest else {}
-                rest[i] = self._restart(i, None)
-                bufs["reward"][i] = 0.0
-                bufs["terminated"][i] = False
-                bufs["truncated"][i] = True
-                bufs["success"][i] = False
-                bufs["has_final"][i] = True
+                # the episodes of this worker's envs end here: their last good obs becomes final_obs
+                for i in rows:
+                    for k in self.obs_spec:
+                        bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
+                    final_rest[i] = self._last_rest[i]
+                for i, r in zip(rows, self._restart(w)):
+                    rest[i] = r or {}
+                    restarted[i] = True
+                    bufs["reward"][i] = 0.0
+                    bufs["terminated"][i] = False
+                    bufs["truncated"][i] = True
+                    bufs["success"][i] = False
+                    bufs["has_final"][i] = True
                 continue
-            if reply is not None:
-                r, fr, extra = reply
-                rest[i], final_rest[i] = r or {}, fr or {}
-                for k, v in extra.items():
-                    extras.setdefault(k, [None] * self.num_envs)[i] = v
+            for i, reply in zip(rows, replies):
+                if reply is not None:
+                    r, fr, extra = reply
+                    rest[i], final_rest[i] = r or {}, fr or {}
+                    for k, v in extra.items():
+                        extras.setdefault(k, [None] * self.num_envs)[i] = v
         self._last_rest = rest
         info: dict[str, Any] = {"success": bufs["success"].copy(), "worker_restarted": restarted}
         info.update(extras)
@@ -288,12 +312,14 @@ class SubprocVecEnv:
                           bufs["truncated"].copy(), info)
 
     def render(self) -> np.ndarray:
+        """(B, H, W, 3) frames, one per env."""
         for w in self._workers:
             w.conn.send(("render", None))
-        return np.stack([self._recv(i, self.step_timeout) for i in range(self.num_envs)])
+        return np.stack([f for w in range(len(self._rows)) for f in self._recv(w, self.step_timeout)])
 
     def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        """PID of the worker hosting each env (length B)."""
+        return [self._workers[w].process.pid for w, rows in enumerate(self._rows) for _ in rows]
 
     def close(self) -> None:
         if self._closed:
@@ -316,7 +342,7 @@ class SubprocVecEnv:
                 w.process.kill()
                 w.process.join(timeout=5)
             w.conn.close()
-        if getattr(self, "_bufs", None) is not None:
+        if self._bufs is not None:
             self._bufs.close()
             self._bufs = None
 

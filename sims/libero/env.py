@@ -56,6 +56,8 @@ class LiberoConfig:
     """EGL render device: an index, -1 for the default device, or auto (workers balanced over the visible GPUs)."""
     step_timeout: float = 120.0
     """Seconds before a worker step is declared hung and the worker replaced."""
+    envs_per_worker: int = 1
+    """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
 
     def __post_init__(self) -> None:
         check_suite(self.suite)
@@ -188,5 +190,6 @@ class LiberoVecEnv(VecEnvWrapper):
                       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self.render_devices = render_devices(cfg)
         factories = [_Factory(cfg, ids[i % len(ids)], i, self.render_devices[i]) for i in range(cfg.num_envs)]
-        self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env)
+        self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env,
+                                       envs_per_worker=cfg.envs_per_worker)
         self.obs_spec, self.action_spec = self._impl.obs_spec, self._impl.action_spec

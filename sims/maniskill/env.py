@@ -49,6 +49,8 @@ class ManiSkillConfig:
     """Width/height of video frames (pixels)."""
     step_timeout: float = 60.0
     """Seconds before a worker step is declared hung and the worker replaced."""
+    envs_per_worker: int = 1
+    """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
     extra: dict = field(default_factory=dict)
     """Extra keyword arguments passed to gym.make (e.g. sim_config)."""
 
@@ -212,7 +214,8 @@ class ManiSkillVecEnv(VecEnvWrapper):
         else:
             worker_env = {"LP_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             self._impl = SubprocVecEnv([_Factory(cfg, render) for _ in range(cfg.num_envs)],
-                                       step_timeout=cfg.step_timeout, worker_env=worker_env)
+                                       step_timeout=cfg.step_timeout, worker_env=worker_env,
+                                       envs_per_worker=cfg.envs_per_worker)
         self.obs_spec = self._impl.obs_spec
         self.action_spec = self._impl.action_spec
 

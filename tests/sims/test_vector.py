@@ -95,3 +95,19 @@ def test_rgb_observations_feed_the_cnn_policy(need_maniskill):
         assert res.obs["rgb"].shape == rgb.shape
     finally:
         env.close()
+
+
+def test_two_maniskill_envs_in_one_worker(need_maniskill):
+    env = _env(envs_per_worker=2)
+    try:
+        assert len(set(env.worker_pids)) == 1
+        obs, _ = env.reset(seed=3)
+        ref = _env()
+        try:
+            np.testing.assert_array_equal(obs["state"], ref.reset(seed=3)[0]["state"])
+        finally:
+            ref.close()
+        res = env.step(np.zeros((2, 8), np.float32))
+        assert res.obs["state"].shape == obs["state"].shape
+    finally:
+        env.close()

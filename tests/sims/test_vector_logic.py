@@ -74,3 +74,23 @@ def test_factory_failure_is_reported():
 
 def _broken():
     return 1 / 0
+
+
+def test_several_envs_per_worker_crash_restarts_the_group():
+    env = SubprocVecEnv([CountingEnv] * 5, envs_per_worker=2, step_timeout=3.0)
+    try:
+        assert env.num_workers == 3
+        pids = env.worker_pids()
+        assert len(pids) == 5 and pids[0] == pids[1] and pids[2] == pids[3] and pids[4] not in pids[:4]
+        obs, _ = env.reset(seed=100)
+        np.testing.assert_array_equal(obs["state"][:, 1], [100, 101, 102, 103, 104])
+        act = np.zeros((5, 3), np.float32)
+        env.step(act)
+        act[3, 2] = 1.0  # env 3 kills its worker, which also hosts env 2
+        res = env.step(act)
+        assert res.info["worker_restarted"].tolist() == [False, False, True, True, False]
+        assert res.truncated.tolist() == [False, False, True, True, False]
+        np.testing.assert_array_equal(res.obs["state"][:, 0], [2, 2, 0, 0, 2])
+        assert env.worker_pids()[2] not in pids
+    finally:
+        env.close()
