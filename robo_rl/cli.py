@@ -1,4 +1,4 @@
-"""`robo-rl train | eval | info | bench`.
+"""`robo-rl train | eval | info | demos | bench`.
 
 Every user error (config, checkpoint, CLI argument) ends as one line on stderr and exit code 2.
 """
@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from robo_rl.errors import RoboRLError
 
@@ -117,6 +118,40 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args.name, args.bench_args)
 
 
+def cmd_demos(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from robo_rl.data.episodes import write_episodes
+    from sims.maniskill.experts import generate
+
+    if args.episodes < 1:
+        raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
+    attempts, successes = [0], [0]
+    from rich.console import Console
+
+    with Progress(TextColumn(f"[bold]demos {args.task}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[info]}"), console=Console(stderr=True)) as progress:
+        bar = progress.add_task("demos", total=args.episodes, info="")
+
+        def on_episode(ep: Any, kept: bool) -> None:
+            attempts[0] += 1
+            successes[0] += int(ep.succeeded)
+            progress.update(bar, advance=int(kept), info=f"expert success {successes[0]}/{attempts[0]}")
+
+        eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,
+                            image_size=args.image_size, only_success=args.only_success, on_episode=on_episode))
+    meta = {"env": "maniskill", "task": args.task, "control_mode": "pd_joint_pos", "obs_mode": args.obs_mode,
+            "source": "ManiSkill motion-planning solution", "seed": args.seed, "attempts": attempts[0],
+            "expert_success_rate": successes[0] / max(1, attempts[0])}
+    try:
+        path = write_episodes(args.out, eps, meta)
+    except OSError as err:
+        raise RoboRLError(f"cannot write '{args.out}' ({err.strerror}); pass --out in a writable place") from None
+    print(json.dumps({"out": str(path), "episodes": len(eps), "attempts": attempts[0],
+                      "expert_success_rate": meta["expert_success_rate"]}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="robo-rl", description="RL post-training of robot policies.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -141,6 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="what is registered and which simulator backends work here")
     i.add_argument("--json", action="store_true")
     i.set_defaults(fn=cmd_info)
+
+    d = sub.add_parser("demos", help="expert demonstrations")
+    dsub = d.add_subparsers(dest="demos_command", required=True)
+    g = dsub.add_parser("generate", help="record motion-planned ManiSkill experts to a robo-rl episodes file")
+    g.add_argument("--task", default="PickCube-v1")
+    g.add_argument("--episodes", type=int, default=100)
+    g.add_argument("--out", required=True, help="output .h5 file")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--obs-mode", choices=["state", "rgb"], default="state")
+    g.add_argument("--image-size", type=int, default=128)
+    g.add_argument("--only-success", action="store_true", help="drop failed expert attempts")
+    g.set_defaults(fn=cmd_demos)
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead)")
     b.add_argument("name", help="ppo | env")

@@ -271,10 +271,12 @@ class _Progress:
         self._p: Any = None
         if not enabled:
             return
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        # stderr, so stdout carries only the run summary (JSON)
         self._p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           TextColumn("{task.fields[info]}"), refresh_per_second=2)
+                           TextColumn("{task.fields[info]}"), refresh_per_second=2, console=Console(stderr=True))
         self._task = self._p.add_task("train", total=total, completed=start, info="")
         self._p.start()
 

@@ -1,0 +1,1 @@
+"""Demonstration datasets: robo-rl's episode format and readers of other formats."""

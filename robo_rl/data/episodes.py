@@ -1,0 +1,146 @@
+"""robo-rl episode datasets: one HDF5 file, written atomically.
+
+Layout (format ``robo-rl-episodes`` version 1)::
+
+    /                       attrs: format, version, meta (JSON: env, task, control_mode, source, ...)
+    /episode_000000/        attrs: instruction (str), seed (int, -1 if none), success (bool, at the end)
+        obs/state           (T+1, D) float32   observation before each action, plus the final one
+        obs/rgb             (T+1, V, H, W, 3) uint8 (optional; gzip-compressed)
+        actions             (T, A) float32     in the env's control mode (meta.control_mode)
+        rewards             (T,) float32
+        success             (T,) bool          the env's success flag after each action
+
+Loading checks the format tag, the version and every shape, and fails with one line naming the
+episode and field that is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robo_rl.errors import RoboRLError
+
+FORMAT = "robo-rl-episodes"
+VERSION = 1
+
+
+class DatasetError(RoboRLError):
+    """A demonstration file is missing, malformed or of another format."""
+
+
+@dataclass
+class Episode:
+    """One demonstration. T = number of actions."""
+
+    obs: dict[str, np.ndarray]
+    """Each (T+1, ...): the observation before every action and the final one."""
+    actions: np.ndarray
+    """(T, A) float32."""
+    rewards: np.ndarray
+    """(T,) float32."""
+    success: np.ndarray
+    """(T,) bool, after each action."""
+    instruction: str = ""
+    seed: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        return int(self.actions.shape[0])
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.success[-1]) if self.length else False
+
+
+def write_episodes(path: str | Path, episodes: list[Episode], meta: dict[str, Any]) -> Path:
+    """Write ``episodes`` to ``path`` (temp file + fsync + rename)."""
+    import h5py
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["version"] = VERSION
+        f.attrs["meta"] = json.dumps({**meta, "num_episodes": len(episodes)})
+        for n, ep in enumerate(episodes):
+            g = f.create_group(f"episode_{n:06d}")
+            g.attrs["instruction"] = ep.instruction
+            g.attrs["seed"] = -1 if ep.seed is None else int(ep.seed)
+            g.attrs["success"] = ep.succeeded
+            for k, v in ep.obs.items():
+                big = v.dtype == np.uint8 and v.ndim >= 3
+                g.create_dataset(f"obs/{k}", data=v, compression="gzip" if big else None)
+            g.create_dataset("actions", data=ep.actions.astype(np.float32))
+            g.create_dataset("rewards", data=ep.rewards.astype(np.float32))
+            g.create_dataset("success", data=ep.success.astype(bool))
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _open(path: Path) -> Any:
+    import h5py
+
+    if not path.is_file():
+        raise DatasetError(f"demonstration file '{path}' does not exist")
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise DatasetError(f"'{path}' is not a readable HDF5 file ({err}); expected a robo-rl episodes file") from None
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    with _open(Path(path)) as f:
+        return _check_header(f, Path(path))
+
+
+def _check_header(f: Any, path: Path) -> dict[str, Any]:
+    fmt = f.attrs.get("format")
+    if fmt != FORMAT:
+        hint = " (official LIBERO demos: use robo_rl.data.libero_hdf5.read_libero_demos)" if "data" in f else ""
+        raise DatasetError(f"'{path}' has format {fmt!r}, expected {FORMAT!r}{hint}")
+    if f.attrs.get("version") != VERSION:
+        raise DatasetError(f"'{path}' is version {f.attrs.get('version')}, this robo-rl reads version {VERSION}")
+    try:
+        return json.loads(f.attrs["meta"])
+    except (KeyError, json.JSONDecodeError):
+        raise DatasetError(f"'{path}' has no readable 'meta' attribute") from None
+
+
+def _episode(g: Any, name: str, path: Path) -> Episode:
+    where = f"'{path}' {name}"
+    for key in ("obs", "actions", "rewards", "success"):
+        if key not in g:
+            raise DatasetError(f"{where} lacks '{key}'")
+    actions = np.asarray(g["actions"], np.float32)
+    if actions.ndim != 2:
+        raise DatasetError(f"{where}: actions must be (T, A), got shape {actions.shape}")
+    t = actions.shape[0]
+    obs = {k: np.asarray(v) for k, v in g["obs"].items()}
+    for k, v in obs.items():
+        if v.shape[0] != t + 1:
+            raise DatasetError(f"{where}: obs/{k} has {v.shape[0]} steps, expected T+1 = {t + 1}")
+    rewards, success = np.asarray(g["rewards"], np.float32), np.asarray(g["success"], bool)
+    if rewards.shape != (t,) or success.shape != (t,):
+        raise DatasetError(f"{where}: rewards/success must be ({t},), got {rewards.shape} and {success.shape}")
+    seed = int(g.attrs.get("seed", -1))
+    return Episode(obs, actions, rewards, success, str(g.attrs.get("instruction", "")), None if seed < 0 else seed)
+
+
+def load_episodes(path: str | Path) -> Iterator[Episode]:
+    """Yield the episodes of a robo-rl episodes file, validated."""
+    path = Path(path)
+    with _open(path) as f:
+        _check_header(f, path)
+        for name in sorted(k for k in f if k.startswith("episode_")):
+            yield _episode(f[name], name, path)
