@@ -23,6 +23,7 @@ import numpy as np
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from sims.libero.suites import MAX_STEPS, check_suite, check_task_ids, suite_tasks
+from sims.variations import VariationConfig, paraphrase
 from sims.vector import SubprocVecEnv, VecEnvWrapper
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class LiberoConfig:
     """Seconds before a worker step is declared hung and the worker replaced."""
     envs_per_worker: int = 1
     """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
+    variations: VariationConfig = VariationConfig()
+    """Per-reset camera / lighting / object-pose / instruction variations (all off by default)."""
 
     def __post_init__(self) -> None:
         check_suite(self.suite)
@@ -101,6 +104,11 @@ class LiberoSingleEnv:
             self._lighten_rendering()
         self._next_init = env_index
         self.t = 0
+        self.instruction = self.task.instruction
+        model = self.env.sim.model
+        self._cam_id = model.camera_name2id("agentview")
+        self._base_cam_pos = model.cam_pos[self._cam_id].copy()
+        self._base_light = model.light_diffuse.copy()
         self.obs_spec = {"rgb": ArraySpec((2, cfg.image_size, cfg.image_size, 3), "uint8"),
                          "state": ArraySpec((8,), "float32")}
         self.action_spec = ArraySpec((7,), "float32", -1.0, 1.0, "ee delta pos (3), delta axis-angle (3), gripper")
@@ -116,7 +124,30 @@ class LiberoSingleEnv:
         rgb = np.stack([raw["agentview_image"][::-1, ::-1], raw["robot0_eye_in_hand_image"][::-1, ::-1]])
         state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
                                 raw["robot0_gripper_qpos"]]).astype(np.float32)
-        return {"rgb": np.ascontiguousarray(rgb, dtype=np.uint8), "state": state, "instruction": self.task.instruction}
+        return {"rgb": np.ascontiguousarray(rgb, dtype=np.uint8), "state": state, "instruction": self.instruction}
+
+    def _apply_variations(self, episode_seed: int) -> None:
+        """Draw this episode's variations (after the init state is loaded)."""
+        v = self.cfg.variations
+        if not v.active:
+            return
+        rng = np.random.default_rng([episode_seed, 7919])
+        sim = self.env.sim
+        model = sim.model
+        model.cam_pos[self._cam_id] = self._base_cam_pos + rng.uniform(-v.camera_jitter, v.camera_jitter, 3)
+        model.light_diffuse[:] = self._base_light * rng.uniform(*v.light_scale)
+        if v.object_pose_jitter > 0:
+            for obj in self.env.env.objects_dict.values():
+                joints = getattr(obj, "joints", None) or []
+                if not joints:
+                    continue
+                qpos = sim.data.get_joint_qpos(joints[-1]).copy()
+                if qpos.shape != (7,):  # only free-floating objects move
+                    continue
+                qpos[:2] += rng.uniform(-v.object_pose_jitter, v.object_pose_jitter, 2)
+                sim.data.set_joint_qpos(joints[-1], qpos)
+            sim.forward()
+        self.instruction = paraphrase(self.task.instruction, rng) if v.paraphrase else self.task.instruction
 
     def reset(self, seed: int | None = None) -> dict[str, Any]:
         """Load the next official init state (``seed`` picks it: state ``seed % N``)."""
@@ -125,6 +156,10 @@ class LiberoSingleEnv:
             self.env.seed(seed)
         self.env.reset()
         raw = self.env.set_init_state(self.init_states[self._next_init % len(self.init_states)])
+        if self.cfg.variations.active:
+            self._apply_variations(self._next_init)
+            self.env._update_observables(force=True)
+            raw = self.env.env._get_observations()
         self._next_init += 1
         for _ in range(self.cfg.settle_steps):
             raw, _, _, _ = self.env.step(NOOP.tolist())

@@ -121,3 +121,28 @@ def test_one_full_episode_per_suite(suite, need_libero):
         assert truncated and steps == MAX_STEPS[suite] and not info["success"]
     finally:
         env.close()
+
+
+def test_variations_change_what_they_name_and_nothing_when_off(need_libero):
+    from sims.libero.env import LiberoConfig, LiberoSingleEnv
+    from sims.variations import VariationConfig
+
+    base_cfg = LiberoConfig(suite="libero_spatial", image_size=64, settle_steps=0)
+    base = LiberoSingleEnv(base_cfg, 0)
+    varied = LiberoSingleEnv(LiberoConfig(suite="libero_spatial", image_size=64, settle_steps=0,
+                                          variations=VariationConfig(camera_jitter=0.05, light_scale=(0.3, 0.5),
+                                                                     object_pose_jitter=0.03, paraphrase=True)), 0)
+    try:
+        o0, o0b = base.reset(seed=1), base.reset(seed=1)
+        np.testing.assert_array_equal(o0["rgb"], o0b["rgb"])  # off: deterministic, untouched
+        o1 = varied.reset(seed=1)
+        assert o1["rgb"][0].mean() < o0["rgb"][0].mean()  # dimmer lights
+        assert not np.array_equal(o1["rgb"][0], o0["rgb"][0])
+        assert o1["instruction"] != o0["instruction"] and "plate" in o1["instruction"]
+        sim_b, sim_v = base.env.get_sim_state(), varied.env.get_sim_state()
+        assert not np.allclose(sim_b, sim_v)  # object poses moved
+        o1b = varied.reset(seed=1)
+        np.testing.assert_array_equal(o1["rgb"], o1b["rgb"])  # same seed, same variation
+    finally:
+        base.close()
+        varied.close()
