@@ -85,6 +85,7 @@ class Registry:
 ENVS = Registry("envs", singular="env", entries={
     "maniskill": "sims.maniskill.env:ManiSkillVecEnv",
     "libero": "sims.libero.env:LiberoVecEnv",
+    "isaacgym": "sims.isaacgym.env:IsaacGymVecEnv",
 })
 POLICIES = Registry("policies", singular="policy", entries={
     "mlp": "policies.mlp:MLPActorCritic",
