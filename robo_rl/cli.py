@@ -122,7 +122,6 @@ def cmd_demos(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from robo_rl.data.episodes import write_episodes
-    from sims.maniskill.experts import generate
 
     if args.episodes < 1:
         raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
@@ -138,11 +137,28 @@ def cmd_demos(args: argparse.Namespace) -> int:
             successes[0] += int(ep.succeeded)
             progress.update(bar, advance=int(kept), info=f"expert success {successes[0]}/{attempts[0]}")
 
-        eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,
-                            image_size=args.image_size, only_success=args.only_success, on_episode=on_episode))
-    meta = {"env": "maniskill", "task": args.task, "control_mode": "pd_joint_pos", "obs_mode": args.obs_mode,
-            "source": "ManiSkill motion-planning solution", "seed": args.seed, "attempts": attempts[0],
-            "expert_success_rate": successes[0] / max(1, attempts[0])}
+        if args.sim == "libero":
+            import os
+
+            from sims.libero.experts import generate as libero_generate
+
+            os.environ.setdefault("MUJOCO_GL", "osmesa")
+            os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+            suite, _, idx = args.task.partition("/")
+            eps = []
+            for ep in libero_generate(suite, int(idx or 0), args.episodes, seed=args.seed, image_size=args.image_size):
+                on_episode(ep, True)
+                eps.append(ep)
+            meta = {"env": "libero", "task": args.task, "control_mode": "OSC_POSE delta + gripper", "obs_mode": "rgb",
+                    "source": "scripted pick-and-place expert (privileged object poses)"}
+        else:
+            from sims.maniskill.experts import generate
+
+            eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,
+                                image_size=args.image_size, only_success=args.only_success, on_episode=on_episode))
+            meta = {"env": "maniskill", "task": args.task, "control_mode": "pd_joint_pos", "obs_mode": args.obs_mode,
+                    "source": "ManiSkill motion-planning solution"}
+    meta.update(seed=args.seed, attempts=attempts[0], expert_success_rate=successes[0] / max(1, attempts[0]))
     try:
         path = write_episodes(args.out, eps, meta)
     except OSError as err:
@@ -179,8 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demos", help="expert demonstrations")
     dsub = d.add_subparsers(dest="demos_command", required=True)
-    g = dsub.add_parser("generate", help="record motion-planned ManiSkill experts to a robo-rl episodes file")
-    g.add_argument("--task", default="PickCube-v1")
+    g = dsub.add_parser("generate", help="record expert demonstrations (ManiSkill motion planning, LIBERO scripted) to a robo-rl episodes file")
+    g.add_argument("--sim", choices=["maniskill", "libero"], default="maniskill")
+    g.add_argument("--task", default="PickCube-v1", help="ManiSkill env id, or LIBERO suite/task_index (libero_object/0)")
     g.add_argument("--episodes", type=int, default=100)
     g.add_argument("--out", required=True, help="output .h5 file")
     g.add_argument("--seed", type=int, default=0)
