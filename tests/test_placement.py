@@ -68,3 +68,16 @@ def test_libero_render_devices_follow_the_placement(monkeypatch):
     assert render_devices(LiberoConfig(num_envs=5, gl="egl")) == [0, 1, 0, 1, 0]
     assert render_devices(LiberoConfig(num_envs=3, gl="osmesa")) == [-1, -1, -1]  # osmesa renders on the CPU
     assert render_devices(LiberoConfig(num_envs=2, gl="egl", render_gpu=1)) == [1, 1]
+
+
+def test_maniskill_render_backends_follow_the_placement(monkeypatch):
+    import robo_rl.distributed.placement as placement
+    from sims.maniskill.env import ManiSkillConfig, render_backends
+
+    monkeypatch.setattr(placement, "visible_devices", lambda: [])
+    assert render_backends(ManiSkillConfig(num_envs=3)) == ["cpu"] * 3
+    monkeypatch.setattr(placement, "visible_devices", lambda: [Device(0), Device(1)])
+    assert render_backends(ManiSkillConfig(num_envs=4)) == ["gpu:0", "gpu:1", "gpu:0", "gpu:1"]
+    # two envs per worker: a worker's envs share its device
+    assert render_backends(ManiSkillConfig(num_envs=5, envs_per_worker=2)) == ["gpu:0", "gpu:0", "gpu:1", "gpu:1", "gpu:0"]
+    assert render_backends(ManiSkillConfig(num_envs=2, render_device=1)) == ["gpu:1", "gpu:1"]

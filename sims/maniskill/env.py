@@ -11,6 +11,7 @@ Episodes end ``terminated`` on success (ManiSkill's convention) and ``truncated`
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, SimulatorUnavailable
 from sims.maniskill.tasks import check_assets, no_stdin_prompts
 from sims.vector import SubprocVecEnv, VecEnvWrapper
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class ManiSkillConfig:
     """Seconds before a worker step is declared hung and the worker replaced."""
     envs_per_worker: int = 1
     """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
+    render_device: int | Literal["auto", "cpu"] = "auto"
+    """Render device of CPU-physics workers: a GPU index, cpu, or auto (balanced over visible GPUs)."""
     extra: dict = field(default_factory=dict)
     """Extra keyword arguments passed to gym.make (e.g. sim_config)."""
 
@@ -61,7 +66,8 @@ class ManiSkillConfig:
             raise ConfigError("config keys 'env.image_size'/'env.render_size' must be >= 16 pixels")
 
 
-def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool) -> Any:
+def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool,
+                  render_backend: str | None = None) -> Any:
     import gymnasium as gym
 
     try:
@@ -83,6 +89,8 @@ def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render:
         render_mode="rgb_array" if render else None,
         human_render_camera_configs=dict(width=cfg.render_size, height=cfg.render_size),
     )
+    if render_backend is not None:
+        kwargs["render_backend"] = render_backend
     if cfg.control_mode is not None:
         kwargs["control_mode"] = cfg.control_mode
     if cfg.reward_mode is not None:
@@ -147,9 +155,9 @@ def _split_obs(raw: Any, obs_mode: str) -> dict[str, np.ndarray]:
 class ManiSkillSingleEnv:
     """One CPU-physics ManiSkill env, unbatched, for a worker process."""
 
-    def __init__(self, cfg: ManiSkillConfig, render: bool = False) -> None:
+    def __init__(self, cfg: ManiSkillConfig, render: bool = False, render_backend: str | None = "cpu") -> None:
         self.cfg = cfg
-        self.env = _make_gym_env(cfg, "physx_cpu", 1, render)
+        self.env = _make_gym_env(cfg, "physx_cpu", 1, render, render_backend)
         obs = self.reset(seed=0)
         space = self.env.action_space
         self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
@@ -182,9 +190,24 @@ class _Factory:
 
     cfg: ManiSkillConfig
     render: bool
+    render_backend: str
 
     def __call__(self) -> ManiSkillSingleEnv:
-        return ManiSkillSingleEnv(self.cfg, self.render)
+        return ManiSkillSingleEnv(self.cfg, self.render, self.render_backend)
+
+
+def render_backends(cfg: ManiSkillConfig) -> list[str]:
+    """ManiSkill render backend per env of the CPU backend: 'cpu' or 'gpu:<i>' (balanced over the
+    visible GPUs per worker, so rendering never piles onto one GPU)."""
+    if cfg.render_device != "auto":
+        return ["cpu" if cfg.render_device == "cpu" else f"gpu:{cfg.render_device}"] * cfg.num_envs
+    from robo_rl.distributed.placement import describe, place_env_workers, visible_devices
+
+    sizes = [min(cfg.envs_per_worker, cfg.num_envs - s) for s in range(0, cfg.num_envs, cfg.envs_per_worker)]
+    placements = place_env_workers(sizes, visible_devices())
+    if any(p.device is not None for p in placements):
+        log.info("ManiSkill render placement: %s", describe(placements))
+    return [("cpu" if p.device is None else f"gpu:{p.device}") for p in placements for _ in range(p.envs)]
 
 
 def cuda_available() -> bool:
@@ -213,7 +236,8 @@ class ManiSkillVecEnv(VecEnvWrapper):
             self._impl = _GPUBatch(cfg, render)
         else:
             worker_env = {"LP_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            self._impl = SubprocVecEnv([_Factory(cfg, render) for _ in range(cfg.num_envs)],
+            self.render_backends = render_backends(cfg)
+            self._impl = SubprocVecEnv([_Factory(cfg, render, rb) for rb in self.render_backends],
                                        step_timeout=cfg.step_timeout, worker_env=worker_env,
                                        envs_per_worker=cfg.envs_per_worker)
         self.obs_spec = self._impl.obs_spec
