@@ -21,6 +21,7 @@ import numpy as np
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, SimulatorUnavailable
 from sims.maniskill.tasks import check_assets, no_stdin_prompts
+from sims.variations import VariationConfig
 from sims.vector import SubprocVecEnv, VecEnvWrapper
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class ManiSkillConfig:
     """Seconds before a worker step is declared hung and the worker replaced."""
     envs_per_worker: int = 1
     """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
+    variations: VariationConfig = VariationConfig()
+    """Per-reset camera / lighting / object-pose variations (CPU backend; off by default)."""
     render_device: int | Literal["auto", "cpu"] = "auto"
     """Render device of CPU-physics workers: a GPU index, cpu, or auto (balanced over visible GPUs)."""
     extra: dict = field(default_factory=dict)
@@ -158,6 +161,8 @@ class ManiSkillSingleEnv:
     def __init__(self, cfg: ManiSkillConfig, render: bool = False, render_backend: str | None = "cpu") -> None:
         self.cfg = cfg
         self.env = _make_gym_env(cfg, "physx_cpu", 1, render, render_backend)
+        self._episode_seed: int | None = None
+        self._episodes = 0
         obs = self.reset(seed=0)
         space = self.env.action_space
         self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
@@ -166,7 +171,41 @@ class ManiSkillSingleEnv:
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         raw, _ = self.env.reset(seed=seed)
+        if self.cfg.variations.active:
+            if seed is not None:
+                self._episode_seed, self._episodes = seed, 0
+            self._apply_variations(np.random.default_rng([self._episode_seed or 0, self._episodes, 7919]))
+            self._episodes += 1
+            raw = self.env.unwrapped.get_obs()
+            if self.cfg.obs_mode == "rgb":
+                raw = self.env.observation(raw)  # the flattening wrapper
         return {k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}
+
+    def _apply_variations(self, rng: np.random.Generator) -> None:
+        """Move static sensor cameras, scale the lights and nudge dynamic objects, as configured."""
+        import sapien
+
+        v, u = self.cfg.variations, self.env.unwrapped
+        if not hasattr(self, "_base_cams"):
+            self._base_cams = {uid: s.config.pose.sp for uid, s in u._sensors.items() if s.entity is None}
+            self._base_lights = [(light, np.array(light.color)) for sub in u.scene.sub_scenes
+                                 for light in sub.render_system.lights]
+        for uid, base in self._base_cams.items():
+            offset = rng.uniform(-v.camera_jitter, v.camera_jitter, 3)
+            u._sensors[uid].camera.set_local_pose(sapien.Pose(p=np.asarray(base.p) + offset, q=base.q))
+        scale = rng.uniform(*v.light_scale)
+        for light, color in self._base_lights:
+            light.color = (color * scale).tolist()
+        if v.object_pose_jitter > 0:
+            import torch
+
+            for actor in u.scene.actors.values():
+                if actor.px_body_type != "dynamic":
+                    continue
+                pose = actor.pose
+                p = pose.p.clone()
+                p[..., :2] += torch.as_tensor(rng.uniform(-v.object_pose_jitter, v.object_pose_jitter, 2), dtype=p.dtype)
+                actor.set_pose(type(pose).create_from_pq(p, pose.q))
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         import torch

@@ -111,3 +111,29 @@ def test_two_maniskill_envs_in_one_worker(need_maniskill):
         assert res.obs["state"].shape == obs["state"].shape
     finally:
         env.close()
+
+
+def test_maniskill_variations_change_images_and_poses(need_maniskill):
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+    from sims.variations import VariationConfig
+
+    kw = dict(task="PickCube-v1", obs_mode="rgb", image_size=64, backend="cpu")
+    base = ManiSkillSingleEnv(ManiSkillConfig(**kw))
+    varied = ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=VariationConfig(
+        camera_jitter=0.05, light_scale=(0.2, 0.4), object_pose_jitter=0.02)))
+    try:
+        o0, o1 = base.reset(seed=5), varied.reset(seed=5)
+        assert o1["rgb"].mean() < o0["rgb"].mean()  # dimmer
+        p0 = base.env.unwrapped.scene.actors["cube"].pose.p.numpy()
+        p1 = varied.env.unwrapped.scene.actors["cube"].pose.p.numpy()
+        assert 0 < np.abs(p1 - p0)[..., :2].max() <= 0.02 + 1e-6 and np.allclose(p1[..., 2], p0[..., 2])  # moved in xy
+        np.testing.assert_array_equal(o1["rgb"], varied.reset(seed=5)["rgb"])  # reproducible per seed
+        cam = ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=VariationConfig(camera_jitter=0.05)))
+        try:
+            o2 = cam.reset(seed=5)
+            assert not np.array_equal(o2["rgb"], base.reset(seed=5)["rgb"])  # the camera moved
+        finally:
+            cam.close()
+    finally:
+        base.close()
+        varied.close()
