@@ -359,6 +359,11 @@ class SubprocVecEnv:
             pass
 
 
+def render_threads(num_workers: int) -> str:
+    """llvmpipe/lavapipe threads per worker: the machine's cores shared among the workers."""
+    return str(max(1, (os.cpu_count() or 1) // max(1, num_workers)))
+
+
 class VecEnvWrapper:
     """Forwards the VecEnv contract to ``self._impl`` (a SubprocVecEnv or a batched GPU env);
     simulator adapters subclass it and only build ``_impl``, ``obs_spec`` and ``action_spec``."""

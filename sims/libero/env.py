@@ -24,7 +24,7 @@ from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from sims.libero.suites import MAX_STEPS, check_suite, check_task_ids, suite_tasks
 from sims.variations import VariationConfig, paraphrase
-from sims.vector import SubprocVecEnv, VecEnvWrapper
+from sims.vector import SubprocVecEnv, VecEnvWrapper, render_threads
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,8 @@ class LiberoVecEnv(VecEnvWrapper):
         self.cfg = cfg
         self.num_envs = cfg.num_envs
         self.instructions = [tasks[ids[i % len(ids)]].instruction for i in range(cfg.num_envs)]
-        worker_env = {"MUJOCO_GL": cfg.gl, "PYOPENGL_PLATFORM": cfg.gl, "LP_NUM_THREADS": "1",
+        workers = -(-cfg.num_envs // cfg.envs_per_worker)
+        worker_env = {"MUJOCO_GL": cfg.gl, "PYOPENGL_PLATFORM": cfg.gl, "LP_NUM_THREADS": render_threads(workers),
                       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self.render_devices = render_devices(cfg)
         factories = [_Factory(cfg, ids[i % len(ids)], i, self.render_devices[i]) for i in range(cfg.num_envs)]

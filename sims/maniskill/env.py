@@ -22,7 +22,7 @@ from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, SimulatorUnavailable
 from sims.maniskill.tasks import check_assets, no_stdin_prompts
 from sims.variations import VariationConfig
-from sims.vector import SubprocVecEnv, VecEnvWrapper
+from sims.vector import SubprocVecEnv, VecEnvWrapper, render_threads
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,8 @@ class ManiSkillVecEnv(VecEnvWrapper):
         if use_gpu:
             self._impl = _GPUBatch(cfg, render)
         else:
-            worker_env = {"LP_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            workers = -(-cfg.num_envs // cfg.envs_per_worker)
+            worker_env = {"LP_NUM_THREADS": render_threads(workers), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             self.render_backends = render_backends(cfg)
             self._impl = SubprocVecEnv([_Factory(cfg, render, rb) for rb in self.render_backends],
                                        step_timeout=cfg.step_timeout, worker_env=worker_env,
