@@ -164,7 +164,6 @@ class Trainer:
             st.next_eval = rc.eval_every_steps
         if st.next_ckpt == 0:
             st.next_ckpt = rc.checkpoint_every_steps
-        summary: dict[str, Any] = {}
         stop_reason = "total_env_steps"
         progress = _Progress(rc.progress, rc.total_env_steps, st.env_steps)
         try:
@@ -236,7 +235,7 @@ class Trainer:
             metrics.close()
         self.save_checkpoint()
         self._plot()
-        summary = {"run_dir": str(self.run_dir), "env_steps": st.env_steps, "iterations": st.iteration,
+        summary: dict[str, Any] = {"run_dir": str(self.run_dir), "env_steps": st.env_steps, "iterations": st.iteration,
                    "wall_time_min": round(st.wall_time / 60, 2), "stop_reason": stop_reason,
                    "worker_restarts": getattr(env, "restarts", 0)}
         if rc.final_eval_episodes > 0:

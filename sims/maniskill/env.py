@@ -12,7 +12,6 @@ Episodes end ``terminated`` on success (ManiSkill's convention) and ``truncated`
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -290,7 +289,6 @@ class _GPUBatch:
     def __init__(self, cfg: ManiSkillConfig, render: bool) -> None:
         from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
-        os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "0")
         self.cfg = cfg
         base = _make_gym_env(cfg, "physx_cuda", cfg.num_envs, render)
         self.env = ManiSkillVectorEnv(base, cfg.num_envs, auto_reset=True, ignore_terminations=False)
