@@ -9,11 +9,14 @@ env counts per GPU differ by at most the largest worker. With no GPU every worke
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from robo_rl.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,16 @@ def place_env_workers(envs_per_worker: Sequence[int], devices: Sequence[Device])
         chosen[i] = dev
         load[dev] += envs_per_worker[i]
     return [Placement(i, chosen[i], envs_per_worker[i]) for i in range(len(envs_per_worker))]
+
+
+def devices_per_env(num_envs: int, envs_per_worker: int = 1, label: str = "env") -> list[int | None]:
+    """GPU index (or None) for each of ``num_envs`` envs grouped ``envs_per_worker`` to a worker
+    process, placed over the visible GPUs; a worker's envs share its device."""
+    sizes = [min(envs_per_worker, num_envs - s) for s in range(0, num_envs, envs_per_worker)]
+    placements = place_env_workers(sizes, visible_devices())
+    if any(p.device is not None for p in placements):
+        log.info("%s placement: %s", label, describe(placements))
+    return [p.device for p in placements for _ in range(p.envs)]
 
 
 def visible_devices() -> list[Device]:

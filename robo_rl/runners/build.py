@@ -7,9 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.contracts import ArraySpec, Observation
+from robo_rl.contracts import ArraySpec
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
-from robo_rl.rollout.buffer import obs_to_torch
 
 
 def build_env(env_cfg: Any, render: bool = False, num_envs: int | None = None) -> Any:
@@ -35,7 +34,3 @@ def to_env_actions(actions: torch.Tensor, spec: ArraySpec) -> np.ndarray:
     if spec.low is not None and spec.high is not None:
         np.clip(a, spec.low, spec.high, out=a)
     return a
-
-
-def policy_obs(obs: Observation) -> dict[str, torch.Tensor]:
-    return obs_to_torch(obs)

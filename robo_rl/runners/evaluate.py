@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from robo_rl.eval.metrics import wilson_interval
-from robo_rl.runners.build import policy_obs, to_env_actions
+from robo_rl.rollout.buffer import obs_to_torch
+from robo_rl.runners.build import to_env_actions
 
 
 @dataclass
@@ -54,7 +55,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
     while (done_count < quota).any() and steps < max_steps:
         if record_video and not first_done.all():
             frames.append(np.concatenate(list(env.render()), axis=1))
-        out = policy.act(policy_obs(obs), deterministic=deterministic)
+        out = policy.act(obs_to_torch(obs), deterministic=deterministic)
         res = env.step(to_env_actions(out.actions, env.action_spec))
         ep_ret += res.reward
         done = res.terminated | res.truncated

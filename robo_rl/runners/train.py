@@ -19,10 +19,10 @@ import yaml
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, RoboRLError, RunDirError
-from robo_rl.rollout.buffer import RolloutBuffer
+from robo_rl.rollout.buffer import RolloutBuffer, obs_to_torch
 from robo_rl.rollout.normalize import ReturnScaler
 from robo_rl.rollout.stats import EpisodeStats
-from robo_rl.runners.build import build_algorithm, build_env, build_policy, policy_obs, to_env_actions
+from robo_rl.runners.build import build_algorithm, build_env, build_policy, to_env_actions
 from robo_rl.runners.config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy, save_video
 from robo_rl.runners.logger import MetricsLogger
@@ -156,7 +156,7 @@ class Trainer:
         stats = EpisodeStats(b)
         metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard)
         obs, _ = env.reset(seed=rc.seed + 1000 * st.iteration)
-        tobs = policy_obs(obs)
+        tobs = obs_to_torch(obs)
         if st.iteration == 0 and hasattr(self.policy, "update_normalizer"):
             self.policy.update_normalizer(tobs)
         t_start = time.monotonic() - st.wall_time
@@ -181,7 +181,7 @@ class Trainer:
                         done = res.terminated | res.truncated
                         final_v = None
                         if "final_obs" in res.info and done.any():
-                            final_v = self.policy.value(policy_obs(res.info["final_obs"]))
+                            final_v = self.policy.value(obs_to_torch(res.info["final_obs"]))
                         reward = res.reward
                         stats.update(reward, done, res.info["success"])
                         if self.reward_scaler is not None:
@@ -191,7 +191,7 @@ class Trainer:
                         if done.any():
                             self.policy.reset(np.flatnonzero(done))
                         obs = res.obs
-                        tobs = policy_obs(obs)
+                        tobs = obs_to_torch(obs)
                         st.env_steps += b
                     batch = buffer.finish(self.policy.value(tobs), gamma, lam,
                                           getattr(cfg.algo, "bootstrap_on_terminated", False))

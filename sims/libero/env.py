@@ -197,11 +197,10 @@ def render_devices(cfg: LiberoConfig) -> list[int]:
         return [int(cfg.render_gpu)] * cfg.num_envs
     if cfg.gl != "egl":
         return [-1] * cfg.num_envs
-    from robo_rl.distributed.placement import describe, egl_device_id, place_env_workers, visible_devices
+    from robo_rl.distributed.placement import devices_per_env, egl_device_id
 
-    placements = place_env_workers([1] * cfg.num_envs, visible_devices())
-    log.info("LIBERO render placement: %s", describe(placements))
-    return [-1 if p.device is None else egl_device_id(p.device) for p in placements]
+    devices = devices_per_env(cfg.num_envs, cfg.envs_per_worker, "LIBERO render")
+    return [-1 if d is None else egl_device_id(d) for d in devices]
 
 
 class LiberoVecEnv(VecEnvWrapper):

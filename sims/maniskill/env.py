@@ -239,13 +239,10 @@ def render_backends(cfg: ManiSkillConfig) -> list[str]:
     visible GPUs per worker, so rendering never piles onto one GPU)."""
     if cfg.render_device != "auto":
         return ["cpu" if cfg.render_device == "cpu" else f"gpu:{cfg.render_device}"] * cfg.num_envs
-    from robo_rl.distributed.placement import describe, place_env_workers, visible_devices
+    from robo_rl.distributed.placement import devices_per_env
 
-    sizes = [min(cfg.envs_per_worker, cfg.num_envs - s) for s in range(0, cfg.num_envs, cfg.envs_per_worker)]
-    placements = place_env_workers(sizes, visible_devices())
-    if any(p.device is not None for p in placements):
-        log.info("ManiSkill render placement: %s", describe(placements))
-    return [("cpu" if p.device is None else f"gpu:{p.device}") for p in placements for _ in range(p.envs)]
+    devices = devices_per_env(cfg.num_envs, cfg.envs_per_worker, "ManiSkill render")
+    return ["cpu" if d is None else f"gpu:{d}" for d in devices]
 
 
 def cuda_available() -> bool:

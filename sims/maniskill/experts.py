@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from robo_rl.data.episodes import Episode
 from robo_rl.errors import ConfigError
+from sims.maniskill.env import _split_obs, _to_numpy
 
 INSTRUCTIONS = {
     "PickCube-v1": "pick up the cube and move it to the goal position",
@@ -35,44 +37,37 @@ def solutions() -> dict[str, Callable[..., Any]]:
             "PegInsertionSide-v1": s.solvePegInsertionSide, "PlaceSphere-v1": s.solvePlaceSphere}
 
 
-def _recorder_class() -> type:
-    import gymnasium as gym
+class Recorder(gym.Wrapper):
+    """Records obs/actions/rewards/success of the current episode of a 1-env CPU ManiSkill env."""
 
-    from sims.maniskill.env import _split_obs, _to_numpy
+    def __init__(self, env: Any, obs_mode: str) -> None:
+        super().__init__(env)
+        self.obs_mode = obs_mode
+        self.clear()
 
-    class Recorder(gym.Wrapper):
-        """Records obs/actions/rewards/success of the current episode (batch of 1, CPU)."""
+    def clear(self) -> None:
+        self.obs: list[dict[str, np.ndarray]] = []
+        self.actions: list[np.ndarray] = []
+        self.rewards: list[float] = []
+        self.success: list[bool] = []
 
-        def __init__(self, env: Any, obs_mode: str) -> None:
-            super().__init__(env)
-            self.obs_mode = obs_mode
-            self.clear()
+    def _keep(self, raw: Any) -> None:
+        self.obs.append({k: v[0] for k, v in _split_obs(raw, self.obs_mode).items()})
 
-        def clear(self) -> None:
-            self.obs: list[dict[str, np.ndarray]] = []
-            self.actions: list[np.ndarray] = []
-            self.rewards: list[float] = []
-            self.success: list[bool] = []
+    def reset(self, **kw: Any) -> Any:
+        out = self.env.reset(**kw)
+        self.clear()
+        self._keep(out[0])
+        return out
 
-        def _keep(self, raw: Any) -> None:
-            self.obs.append({k: v[0] for k, v in _split_obs(raw, self.obs_mode).items()})
-
-        def reset(self, **kw: Any) -> Any:
-            out = self.env.reset(**kw)
-            self.clear()
-            self._keep(out[0])
-            return out
-
-        def step(self, action: Any) -> Any:
-            out = self.env.step(action)
-            raw, rew, _, _, info = out
-            self._keep(raw)
-            self.actions.append(np.asarray(_to_numpy(action), np.float32).reshape(-1))
-            self.rewards.append(float(_to_numpy(rew).reshape(-1)[0]))
-            self.success.append(bool(_to_numpy(info.get("success", False)).reshape(-1)[0]))
-            return out
-
-    return Recorder
+    def step(self, action: Any) -> Any:
+        out = self.env.step(action)
+        raw, rew, _, _, info = out
+        self._keep(raw)
+        self.actions.append(np.asarray(_to_numpy(action), np.float32).reshape(-1))
+        self.rewards.append(float(_to_numpy(rew).reshape(-1)[0]))
+        self.success.append(bool(_to_numpy(info.get("success", False)).reshape(-1)[0]))
+        return out
 
 
 def generate(task: str, episodes: int, seed: int = 0, obs_mode: str = "state", image_size: int = 128,
@@ -83,8 +78,6 @@ def generate(task: str, episodes: int, seed: int = 0, obs_mode: str = "state", i
     With ``only_success`` failed attempts are dropped (up to ``max_attempts`` seeds in all).
     ``on_episode(ep, kept)`` is called after every attempt (progress reporting).
     """
-    import gymnasium as gym
-
     from sims.maniskill.env import ManiSkillConfig, _make_gym_env
 
     table = solutions()
@@ -92,8 +85,7 @@ def generate(task: str, episodes: int, seed: int = 0, obs_mode: str = "state", i
         raise ConfigError(f"no motion-planned expert for {task!r}; available: {', '.join(sorted(table))}")
     cfg = ManiSkillConfig(task=task, num_envs=1, obs_mode=obs_mode, control_mode="pd_joint_pos",
                           reward_mode="normalized_dense", backend="cpu", image_size=image_size)
-    env = _recorder_class()(_make_gym_env(cfg, "physx_cpu", 1, render=False), obs_mode)
-    assert isinstance(env, gym.Wrapper)
+    env = Recorder(_make_gym_env(cfg, "physx_cpu", 1, render=False), obs_mode)
     solve = table[task]
     kept, attempt = 0, 0
     limit = max_attempts or (episodes * 3 if only_success else episodes)

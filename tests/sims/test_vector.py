@@ -77,7 +77,7 @@ def test_rgb_observations_feed_the_cnn_policy(need_maniskill):
     import torch
 
     from policies.cnn import CNNActorCritic, CNNConfig
-    from robo_rl.runners.build import policy_obs
+    from robo_rl.rollout.buffer import obs_to_torch
 
     env = _env(obs_mode="rgb", image_size=64, num_envs=1)
     try:
@@ -87,9 +87,9 @@ def test_rgb_observations_feed_the_cnn_policy(need_maniskill):
         assert rgb.shape[1:] == env.obs_spec["rgb"].shape and rgb.std() > 0  # a real rendered image
         assert obs["state"].shape == (1, *env.obs_spec["state"].shape)
         pol = CNNActorCritic(CNNConfig(), env.obs_spec, env.action_spec)
-        out = pol.act(policy_obs(obs))
+        out = pol.act(obs_to_torch(obs))
         assert out.actions.shape == (1, 8)
-        lp, ent, v = pol.evaluate(policy_obs(obs), out.extras)
+        lp, ent, v = pol.evaluate(obs_to_torch(obs), out.extras)
         assert torch.allclose(lp, out.log_prob) and v.shape == (1,)
         res = env.step(out.actions.detach().numpy().clip(-1, 1))
         assert res.obs["rgb"].shape == rgb.shape
