@@ -81,6 +81,14 @@ class GaussianActorCritic(nn.Module):
         dist = self._dist(self.actor(x))
         return dist.log_prob(extras["action"]).sum(-1), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
 
+    def value_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the critic (PPO may give them their own learning rate)."""
+        return list(self.critic.parameters())
+
+    def extras_for_actions(self, obs: dict[str, torch.Tensor], actions: Any) -> dict[str, torch.Tensor]:
+        """What ``evaluate`` needs to score given actions (B, A) (behaviour cloning targets)."""
+        return {"action": torch.as_tensor(actions, dtype=torch.float32)}
+
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.critic(self._features(obs)).squeeze(-1)
 

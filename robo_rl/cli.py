@@ -206,8 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--only-success", action="store_true", help="drop failed expert attempts")
     g.set_defaults(fn=cmd_demos)
 
-    b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead)")
-    b.add_argument("name", help="ppo | env")
+    b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding)")
+    b.add_argument("name", help="ppo | env | decode")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
     b.set_defaults(fn=cmd_bench)
     return p

@@ -90,7 +90,9 @@ ENVS = Registry("envs", singular="env", entries={
 POLICIES = Registry("policies", singular="policy", entries={
     "mlp": "policies.mlp:MLPActorCritic",
     "cnn": "policies.cnn:CNNActorCritic",
+    "openvla": "vla.openvla.policy:OpenVLAPolicy",
 })
 ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "ppo": "robo_rl.algorithms.ppo:PPO",
+    "bc": "robo_rl.algorithms.bc:BC",
 })

@@ -44,6 +44,15 @@ class PPOConfig:
     """Stop the epoch loop once approx-KL exceeds this (null disables)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
+    value_lr: float | None = None
+    """Learning rate of the critic's own parameters (``policy.value_parameters()``); null = ``lr``."""
+    critic_warmup_iters: int = 0
+    """First N updates train only the critic (``policy.value_parameters()``) on the value loss
+    (RL4VLA's critic warm-up for pretrained policies)."""
+    value_loss: Literal["mse", "huber"] = "mse"
+    """Value regression loss; huber is RL4VLA's choice for VLAs."""
+    huber_delta: float = 1.0
+    """Huber transition point (in return units)."""
     bootstrap_on_terminated: bool = False
     """Bootstrap from V(final_obs) also when an episode is terminated. ManiSkill terminates on
     success, but a success state is a goal to hold, not the end of value: without this, the agent
@@ -58,29 +67,41 @@ class PPOConfig:
             raise ConfigError(f"config key 'algo.lr' = {self.lr} must be > 0")
         if self.epochs < 1 or self.minibatches < 1:
             raise ConfigError("config keys 'algo.epochs' and 'algo.minibatches' must be >= 1")
+        if self.value_lr is not None and self.value_lr <= 0:
+            raise ConfigError(f"config key 'algo.value_lr' = {self.value_lr} must be > 0 (or null)")
+        if self.critic_warmup_iters < 0:
+            raise ConfigError(f"config key 'algo.critic_warmup_iters' = {self.critic_warmup_iters} must be >= 0")
         if self.clip_coef <= 0:
             raise ConfigError(f"config key 'algo.clip_coef' = {self.clip_coef} must be > 0")
 
 
+def _regression(pred: torch.Tensor, target: torch.Tensor, huber_delta: float | None) -> torch.Tensor:
+    """Elementwise 0.5 (pred - target)^2, or Huber (smooth L1 scaled to match it near 0)."""
+    if huber_delta is None:
+        return 0.5 * (pred - target) ** 2
+    return torch.nn.functional.huber_loss(pred, target, reduction="none", delta=huber_delta)
+
+
 def ppo_losses(new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
                new_value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor,
-               clip_coef: float, clip_value: float | None) -> dict[str, torch.Tensor]:
+               clip_coef: float, clip_value: float | None, huber_delta: float | None = None) -> dict[str, torch.Tensor]:
     """Per-minibatch PPO terms, all (N,) inputs -> scalars.
 
     policy_loss = mean(max(-A r, -A clip(r, 1-c, 1+c))), r = exp(new - old);
-    value_loss = 0.5 mean(max((v - R)^2, (v_old + clip(v - v_old, -cv, cv) - R)^2)) (or unclipped).
+    value_loss = mean(max(l(v, R), l(v_old + clip(v - v_old, -cv, cv), R))) (or unclipped), with
+    l = 0.5 (v - R)^2, or Huber with ``huber_delta``.
     """
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
     pg1 = -advantages * ratio
     pg2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
     policy_loss = torch.max(pg1, pg2).mean()
-    v_unclipped = (new_value - returns) ** 2
+    v_unclipped = _regression(new_value, returns, huber_delta)
     if clip_value is not None:
         v_clipped = old_value + torch.clamp(new_value - old_value, -clip_value, clip_value)
-        value_loss = 0.5 * torch.max(v_unclipped, (v_clipped - returns) ** 2).mean()
+        value_loss = torch.max(v_unclipped, _regression(v_clipped, returns, huber_delta)).mean()
     else:
-        value_loss = 0.5 * v_unclipped.mean()
+        value_loss = v_unclipped.mean()
     with torch.no_grad():
         approx_kl = ((ratio - 1.0) - log_ratio).mean()
         clip_frac = ((ratio - 1.0).abs() > clip_coef).float().mean()
@@ -95,14 +116,27 @@ class PPO:
     def __init__(self, cfg: PPOConfig, policy: Any, generator: torch.Generator | None = None) -> None:
         self.cfg = cfg
         self.policy = policy
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self._param_groups(cfg, policy), lr=cfg.lr, eps=1e-5)
         self.generator = generator
+        self.updates = 0
+        value_ids = {id(p) for p in policy.value_parameters()} if hasattr(policy, "value_parameters") else None
+        self._actor_params = [p for p in policy.parameters() if value_ids is not None and id(p) not in value_ids]
+
+    @staticmethod
+    def _param_groups(cfg: PPOConfig, policy: Any) -> list[dict[str, Any]]:
+        """Trainable parameters; the critic's in their own group when ``value_lr`` is set."""
+        params = [p for p in policy.parameters() if p.requires_grad]
+        if cfg.value_lr is None or not hasattr(policy, "value_parameters"):
+            return [{"params": params, "base_lr": cfg.lr}]
+        value_ids = {id(p) for p in policy.value_parameters()}
+        return [{"params": [p for p in params if id(p) not in value_ids], "base_lr": cfg.lr},
+                {"params": [p for p in params if id(p) in value_ids], "lr": cfg.value_lr, "base_lr": cfg.value_lr}]
 
     def set_progress(self, fraction_done: float) -> None:
         """Update the learning rate for a linear schedule (fraction of the run done, 0..1)."""
         if self.cfg.lr_schedule == "linear":
             for group in self.optimizer.param_groups:
-                group["lr"] = self.cfg.lr * max(0.0, 1.0 - fraction_done)
+                group["lr"] = group.get("base_lr", self.cfg.lr) * max(0.0, 1.0 - fraction_done)
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
@@ -112,6 +146,8 @@ class PPO:
         count = 0
         stop = False
         epochs_run = 0
+        warmup = self.updates < cfg.critic_warmup_iters
+        huber = cfg.huber_delta if cfg.value_loss == "huber" else None
         for _ in range(cfg.epochs):
             perm = torch.randperm(n, generator=self.generator)
             epochs_run += 1
@@ -123,17 +159,24 @@ class PPO:
                 if cfg.norm_adv and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 terms = ppo_losses(new_log_prob, mb.log_prob, adv, new_value, mb.values, mb.returns,
-                                   cfg.clip_coef, cfg.clip_value)
+                                   cfg.clip_coef, cfg.clip_value, huber)
                 entropy_mean = entropy.mean()
-                loss = terms["policy_loss"] + cfg.vf_coef * terms["value_loss"] - cfg.ent_coef * entropy_mean
+                if warmup:
+                    loss = cfg.vf_coef * terms["value_loss"]
+                else:
+                    loss = terms["policy_loss"] + cfg.vf_coef * terms["value_loss"] - cfg.ent_coef * entropy_mean
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                if warmup:  # fit the critic only: the actor (and a trunk it shares) stays as it is
+                    for p in self._actor_params:
+                        p.grad = None
+                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                                           cfg.max_grad_norm)
                 self.optimizer.step()
                 for k, v in {**terms, "entropy": entropy_mean, "grad_norm": grad_norm, "loss": loss}.items():
                     sums[k] = sums.get(k, 0.0) + float(v.detach() if hasattr(v, "detach") else v)
                 count += 1
-                if cfg.target_kl is not None and float(terms["approx_kl"]) > cfg.target_kl:
+                if not warmup and cfg.target_kl is not None and float(terms["approx_kl"]) > cfg.target_kl:
                     stop = True
                     break
             if stop:
@@ -143,11 +186,14 @@ class PPO:
             var_y = batch.returns.var()
             out["explained_variance"] = float(1 - (batch.returns - batch.values).var() / var_y) if var_y > 0 else 0.0
         out["epochs"] = float(epochs_run)
+        out["critic_warmup"] = float(warmup)
+        self.updates += 1
         out["lr"] = float(self.optimizer.param_groups[0]["lr"])
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state.get("updates", 0))

@@ -6,7 +6,7 @@ import importlib
 
 from robo_rl.errors import RoboRLError
 
-BENCHES = {"env": "robo_rl.bench.env_overhead", "ppo": "robo_rl.bench.ppo_vs_sb3"}
+BENCHES = {"env": "robo_rl.bench.env_overhead", "ppo": "robo_rl.bench.ppo_vs_sb3", "decode": "robo_rl.bench.decode"}
 
 
 def run_bench(name: str, argv: list[str]) -> int:

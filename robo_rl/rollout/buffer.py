@@ -35,9 +35,14 @@ class RolloutBatch:
                             self.log_prob[idx], self.values[idx], self.advantages[idx], self.returns[idx])
 
 
-def obs_to_torch(obs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Numpy observation arrays -> tensors (non-array entries such as instructions are dropped)."""
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items() if isinstance(v, np.ndarray)}
+def obs_to_torch(obs: dict[str, Any]) -> dict[str, Any]:
+    """Numpy observation arrays -> tensors; ``instruction`` (list[str]) is passed through as is, other
+    non-array entries are dropped. The rollout buffer stores only the tensors (policies that need
+    the text, like VLAs, put its token ids into ``extras``)."""
+    out: dict[str, Any] = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items() if isinstance(v, np.ndarray)}
+    if "instruction" in obs:
+        out["instruction"] = list(obs["instruction"])
+    return out
 
 
 class RolloutBuffer:
@@ -59,6 +64,8 @@ class RolloutBuffer:
     @staticmethod
     def _store(dst: dict[str, torch.Tensor], src: dict[str, torch.Tensor], t: int, shape: tuple[int, int]) -> None:
         for k, v in src.items():
+            if not isinstance(v, torch.Tensor):
+                continue
             if k not in dst:
                 dst[k] = torch.zeros(shape + tuple(v.shape[1:]), dtype=v.dtype)
             dst[k][t] = v

@@ -55,6 +55,8 @@ class RunConfig:
     """Show a rich progress bar."""
     torch_threads: int = 1
     """torch intra-op threads in the learner process."""
+    init_from: str | None = None
+    """Start the policy from this run directory or checkpoint (e.g. an SFT run before PPO)."""
 
     def __post_init__(self) -> None:
         if self.total_env_steps < 1:

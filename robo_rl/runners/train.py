@@ -150,6 +150,8 @@ class Trainer:
         self.reward_scaler = ReturnScaler(env.num_envs, gamma) if rc.reward_norm else None
         if self._resume_ckpt is not None:
             self._restore(self._resume_ckpt)
+        elif rc.init_from:
+            load_policy_weights(self.policy, rc.init_from)
         st = self.state
         b, t_len = env.num_envs, rc.rollout_steps
         buffer = RolloutBuffer(t_len, b)
@@ -295,9 +297,23 @@ class _Progress:
             self._p.stop()
 
 
+def load_policy_weights(policy: Any, source: str) -> Path:
+    """Load a run directory's latest (or a given) checkpoint's weights into ``policy`` (strict)."""
+    ckpt = ckpt_io.resolve(source)
+    ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
+    log.info("policy initialised from %s", ckpt)
+    return ckpt
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Start a fresh run."""
+    """Start a fresh run (offline algorithms such as bc run the offline loop)."""
+    from robo_rl.registry import ALGORITHMS
+
     run_dir = make_run_dir(cfg)
+    if getattr(ALGORITHMS.get(cfg.algo.name), "offline", False):
+        from robo_rl.runners.offline import OfflineTrainer
+
+        return OfflineTrainer(cfg, run_dir).run()
     return Trainer(cfg, run_dir).run()
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, SimulatorUnavailable
-from sims.maniskill.tasks import check_assets, no_stdin_prompts
+from sims.maniskill.tasks import check_assets, instruction_for, no_stdin_prompts
 from sims.variations import VariationConfig
 from sims.vector import SubprocVecEnv, VecEnvWrapper, render_threads
 
@@ -162,13 +162,14 @@ class ManiSkillSingleEnv:
         self.env = _make_gym_env(cfg, "physx_cpu", 1, render, render_backend)
         self._episode_seed: int | None = None
         self._episodes = 0
+        self.instruction = instruction_for(cfg.task)
         obs = self.reset(seed=0)
         space = self.env.action_space
         self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
                                      float(np.max(space.high)), cfg.control_mode or "default")
-        self.obs_spec = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in obs.items()}
+        self.obs_spec = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in obs.items() if isinstance(v, np.ndarray)}
 
-    def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
         raw, _ = self.env.reset(seed=seed)
         if self.cfg.variations.active:
             if seed is not None:
@@ -178,7 +179,7 @@ class ManiSkillSingleEnv:
             raw = self.env.unwrapped.get_obs()
             if self.cfg.obs_mode == "rgb":
                 raw = self.env.observation(raw)  # the flattening wrapper
-        return {k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}
+        return {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
 
     def _apply_variations(self, rng: np.random.Generator) -> None:
         """Move static sensor cameras, scale the lights and nudge dynamic objects, as configured."""
@@ -210,7 +211,7 @@ class ManiSkillSingleEnv:
         import torch
 
         raw, rew, term, trunc, info = self.env.step(torch.as_tensor(action[None]))
-        obs = {k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}
+        obs = {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
         success = bool(_to_numpy(info.get("success", False)).reshape(-1)[0])
         return obs, float(_to_numpy(rew).reshape(-1)[0]), bool(_to_numpy(term).reshape(-1)[0]), \
             bool(_to_numpy(trunc).reshape(-1)[0]), {"success": success}
@@ -292,13 +293,17 @@ class _GPUBatch:
         space = self.env.single_action_space
         self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
                                      float(np.max(space.high)), cfg.control_mode or "default")
+        self.instructions = [instruction_for(cfg.task)] * cfg.num_envs
         obs, _ = self.reset(seed=0)
-        self.obs_spec = {k: ArraySpec(v.shape[1:], str(v.dtype)) for k, v in obs.items()}
+        self.obs_spec = {k: ArraySpec(v.shape[1:], str(v.dtype)) for k, v in obs.items() if isinstance(v, np.ndarray)}
+
+    def _obs(self, raw: Any) -> Observation:
+        return {**_split_obs(raw, self.cfg.obs_mode), "instruction": list(self.instructions)}
 
     def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
         seeds = None if seed is None else [seed + i for i in range(self.cfg.num_envs)]
         raw, _ = self.env.reset(seed=seeds)
-        return _split_obs(raw, self.cfg.obs_mode), {}
+        return self._obs(raw), {}
 
     def step(self, actions: np.ndarray) -> StepResult:
         import torch
@@ -307,9 +312,9 @@ class _GPUBatch:
         out: dict[str, Any] = {"success": _to_numpy(info["success"]).astype(bool)}
         done = _to_numpy(term) | _to_numpy(trunc)
         if done.any():
-            out["final_obs"] = _split_obs(info["final_observation"], self.cfg.obs_mode)
+            out["final_obs"] = self._obs(info["final_observation"])
             out["success"] = np.where(done, _to_numpy(info["final_info"]["success"]).astype(bool), out["success"])
-        return StepResult(_split_obs(raw, self.cfg.obs_mode), _to_numpy(rew).astype(np.float32),
+        return StepResult(self._obs(raw), _to_numpy(rew).astype(np.float32),
                           _to_numpy(term).astype(bool), _to_numpy(trunc).astype(bool), out)
 
     def render(self) -> np.ndarray:

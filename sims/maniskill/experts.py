@@ -17,16 +17,7 @@ import numpy as np
 from robo_rl.data.episodes import Episode
 from robo_rl.errors import ConfigError
 from sims.maniskill.env import _split_obs, _to_numpy
-
-INSTRUCTIONS = {
-    "PickCube-v1": "pick up the cube and move it to the goal position",
-    "PushCube-v1": "push the cube into the goal region",
-    "PullCube-v1": "pull the cube into the goal region",
-    "StackCube-v1": "stack the red cube on top of the green cube",
-    "LiftPegUpright-v1": "lift the peg upright",
-    "PegInsertionSide-v1": "insert the peg into the hole",
-    "PlaceSphere-v1": "place the sphere into the bin",
-}
+from sims.maniskill.tasks import INSTRUCTIONS
 
 
 def solutions() -> dict[str, Callable[..., Any]]:

@@ -16,6 +16,30 @@ OFFLINE_TASKS: tuple[str, ...] = (
 )
 
 
+# Language instructions for VLA policies (ManiSkill tasks carry none of their own).
+INSTRUCTIONS: dict[str, str] = {
+    "PickCube-v1": "pick up the cube and move it to the goal position",
+    "PushCube-v1": "push the cube into the goal region",
+    "PullCube-v1": "pull the cube into the goal region",
+    "StackCube-v1": "stack the red cube on top of the green cube",
+    "LiftPegUpright-v1": "lift the peg upright",
+    "PegInsertionSide-v1": "insert the peg into the hole",
+    "PlaceSphere-v1": "place the sphere into the bin",
+    "PokeCube-v1": "poke the cube with the peg",
+    "RollBall-v1": "roll the ball to the goal region",
+    "PushT-v1": "push the T-shaped block onto the target",
+}
+
+
+def instruction_for(task: str) -> str:
+    """The task's instruction, or one made from its id ("PullCubeTool-v1" -> "pull cube tool")."""
+    if task in INSTRUCTIONS:
+        return INSTRUCTIONS[task]
+    import re
+
+    return " ".join(w.lower() for w in re.findall(r"[A-Z][a-z]*|\d+", task.split("-")[0]))
+
+
 def missing_assets(task: str) -> list[str]:
     """Asset ids the task declares that are not downloaded (ManiSkill's own check, without the prompt)."""
     import mani_skill.envs  # noqa: F401

@@ -1,0 +1,89 @@
+"""Behaviour cloning / SFT over the ``Policy`` contract: maximize the log-likelihood of expert
+actions. The policy turns expert actions into what its ``evaluate`` scores (``extras_for_actions``:
+action tokens for a token VLA, the raw action for a Gaussian policy), so this file knows no model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from robo_rl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BCConfig:
+    """Supervised fine-tuning on demonstrations (offline: no env interaction while training)."""
+
+    name: str = "bc"
+    """Registry name of the algorithm."""
+    dataset: str = ""
+    """robo-rl episodes file (``robo-rl demos generate``) or an official LIBERO hdf5 file."""
+    lr: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    batch_size: int = 32
+    """Transitions per gradient step."""
+    epochs: float = 10.0
+    """Passes over the training transitions."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    val_fraction: float = 0.1
+    """Episodes held out to report validation loss."""
+    only_success: bool = True
+    """Train only on episodes that ended in success."""
+    max_episodes: int | None = None
+    """Use at most this many episodes (null: all)."""
+    norm_mask: Literal["all", "all_but_last"] = "all"
+    """Action dims normalized by dataset quantiles for token policies: all, or all but the gripper
+    (OpenVLA's choice for datasets whose gripper action is already in [-1, 1])."""
+    log_every: int = 50
+    """Gradient steps per metrics row."""
+    eval_every: int = 500
+    """Gradient steps between policy evaluations in the env (0 disables)."""
+
+    def __post_init__(self) -> None:
+        if not self.dataset:
+            raise ConfigError("config key 'algo.dataset' is required for bc: a demonstrations file from 'robo-rl demos generate'")
+        if self.batch_size < 1 or self.epochs <= 0 or self.lr <= 0:
+            raise ConfigError("config keys 'algo.batch_size', 'algo.epochs' and 'algo.lr' must be > 0")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ConfigError(f"config key 'algo.val_fraction' = {self.val_fraction} must be in [0, 1)")
+
+
+class BC:
+    """Negative log-likelihood of expert actions under the policy."""
+
+    Config = BCConfig
+    offline = True
+
+    def __init__(self, cfg: BCConfig, policy: Any, generator: torch.Generator | None = None) -> None:
+        self.cfg = cfg
+        self.policy = policy
+        params = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.generator = generator
+
+    def loss(self, obs: dict[str, Any], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean NLL, mean entropy) of expert actions (B, A) given obs (B, ...)."""
+        extras = self.policy.extras_for_actions(obs, actions)
+        log_prob, entropy, _ = self.policy.evaluate(obs, extras)
+        return -log_prob.mean(), entropy.mean()
+
+    def update(self, batch: tuple[dict[str, Any], torch.Tensor]) -> dict[str, float]:
+        obs, actions = batch
+        nll, entropy = self.loss(obs, actions)
+        self.optimizer.zero_grad(set_to_none=True)
+        nll.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                                   self.cfg.max_grad_norm)
+        self.optimizer.step()
+        return {"nll": float(nll.detach()), "entropy": float(entropy.detach()), "grad_norm": float(grad_norm)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,192 @@
+"""Offline training loop (behaviour cloning / SFT): minibatches of demonstration transitions, the
+same run directory, metrics, evaluation and checkpoints as on-policy training, so a PPO run can
+start from the result with ``run.init_from``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robo_rl import checkpoint as ckpt_io
+from robo_rl.errors import ConfigError
+from robo_rl.runners.build import build_algorithm, build_env, build_policy
+from robo_rl.runners.config import TrainConfig
+from robo_rl.runners.evaluate import evaluate_policy
+from robo_rl.runners.logger import MetricsLogger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DemoArrays:
+    """Flat transitions: obs[k] (N, ...), actions (N, A), instruction list[str] (N)."""
+
+    obs: dict[str, np.ndarray]
+    actions: np.ndarray
+    instruction: list[str]
+
+    def batch(self, idx: np.ndarray) -> tuple[dict[str, Any], torch.Tensor]:
+        obs: dict[str, Any] = {k: torch.from_numpy(v[idx]) for k, v in self.obs.items()}
+        obs["instruction"] = [self.instruction[i] for i in idx]
+        return obs, torch.from_numpy(self.actions[idx])
+
+
+def load_demos(path: str, obs_keys: list[str], only_success: bool, max_episodes: int | None) -> tuple[list[Any], dict[str, Any]]:
+    from robo_rl.data.episodes import load_episodes, read_meta
+
+    meta = read_meta(path)
+    eps = [ep for ep in load_episodes(path) if ep.succeeded or not only_success]
+    if max_episodes is not None:
+        eps = eps[:max_episodes]
+    if not eps:
+        raise ConfigError(f"'{path}' has no {'successful ' if only_success else ''}episodes to train on")
+    for k in obs_keys:
+        if k not in eps[0].obs:
+            raise ConfigError(f"the policy needs obs '{k}' but '{path}' holds {sorted(eps[0].obs)} "
+                              "(record the demos with the matching --obs-mode)")
+    return eps, meta
+
+
+def flatten(eps: list[Any], obs_keys: list[str]) -> DemoArrays:
+    obs = {k: np.concatenate([ep.obs[k][:-1] for ep in eps]) for k in obs_keys}
+    actions = np.concatenate([ep.actions for ep in eps]).astype(np.float32)
+    instruction = [ep.instruction for ep in eps for _ in range(ep.length)]
+    return DemoArrays(obs, actions, instruction)
+
+
+class OfflineTrainer:
+    """Runs ``algo`` (an offline algorithm such as ``bc``) in ``run_dir``."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        import yaml
+
+        from robo_rl.config import to_dict
+
+        ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+    def run(self) -> dict[str, Any]:
+        cfg, rc = self.cfg, self.cfg.run
+        torch.set_num_threads(rc.torch_threads)
+        torch.manual_seed(rc.seed)
+        rng = np.random.default_rng(rc.seed)
+        self.env = build_env(cfg.env, render=rc.video, num_envs=rc.eval_num_envs)
+        try:
+            return self._run(rng)
+        finally:
+            self.env.close()
+
+    def _check_control(self, meta: dict[str, Any]) -> None:
+        want = getattr(self.cfg.env, "control_mode", None)
+        have = meta.get("control_mode")
+        if want is not None and have is not None and meta.get("env") == getattr(self.cfg.env, "name", None) and want != have:
+            raise ConfigError(f"the demonstrations' actions are {have!r} but env.control_mode is {want!r}; "
+                              f"set env.control_mode: {have}")
+
+    def _run(self, rng: np.random.Generator) -> dict[str, Any]:
+        cfg, rc, ac = self.cfg, self.cfg.run, self.cfg.algo
+        env = self.env
+        keys = [k for k in env.obs_spec if k in ("rgb", "state")]
+        eps, meta = load_demos(ac.dataset, keys, ac.only_success, ac.max_episodes)
+        self._check_control(meta)
+        for k in keys:
+            if tuple(eps[0].obs[k].shape[1:]) != tuple(env.obs_spec[k].shape):
+                raise ConfigError(f"demo obs '{k}' has shape {eps[0].obs[k].shape[1:]} but the env gives "
+                                  f"{env.obs_spec[k].shape} (match env.image_size to the demos)")
+        order = rng.permutation(len(eps))
+        n_val = int(round(len(eps) * ac.val_fraction)) if len(eps) > 1 else 0
+        val = flatten([eps[i] for i in order[:n_val]], keys) if n_val else None
+        train = flatten([eps[i] for i in order[n_val:]], keys)
+        del eps
+        policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
+        if rc.init_from:
+            from robo_rl.runners.train import load_policy_weights
+
+            load_policy_weights(policy, rc.init_from)
+        elif hasattr(policy, "set_norm_stats"):
+            from vla.openvla.tokenizer import NormStats
+
+            mask = None if ac.norm_mask == "all_but_last" else (True,) * train.actions.shape[1]
+            policy.set_norm_stats(NormStats.from_actions(train.actions, mask))
+        algo = build_algorithm(ac, policy)
+        n = train.actions.shape[0]
+        total = max(1, int(ac.epochs * n / ac.batch_size))
+        log.info("bc: %d train transitions (%d val), %d gradient steps", n, 0 if val is None else val.actions.shape[0], total)
+        metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard)
+        t0 = time.monotonic()
+        sums: dict[str, float] = {}
+        count = 0
+        best_eval = -1.0
+        perm = rng.permutation(n)
+        pos = 0
+        step = 0
+        try:
+            for step in range(1, total + 1):
+                if rc.max_minutes is not None and (time.monotonic() - t0) / 60 >= rc.max_minutes:
+                    break
+                if pos + ac.batch_size > n:
+                    perm, pos = rng.permutation(n), 0
+                idx = perm[pos:pos + ac.batch_size]
+                pos += ac.batch_size
+                policy.train()
+                for k, v in algo.update(train.batch(idx)).items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+                if step % ac.log_every == 0 or step == total:
+                    row: dict[str, Any] = {"iteration": step, "env_steps": 0, "wall_time": round(time.monotonic() - t0, 3),
+                                           "epoch": step * ac.batch_size / n}
+                    row.update({f"loss/{k}": v / count for k, v in sums.items()})
+                    sums, count = {}, 0
+                    if val is not None:
+                        row["loss/val_nll"] = self._val_loss(algo, policy, val, ac.batch_size)
+                    if ac.eval_every and (step % ac.eval_every == 0):
+                        res = self._evaluate(policy, rc.eval_episodes, record=False)
+                        row.update({"eval/success_rate": res.success_rate, "eval/ci_low": res.ci95[0],
+                                    "eval/ci_high": res.ci95[1]})
+                        best_eval = max(best_eval, res.success_rate)
+                    metrics.log(row)
+                    log.info("bc step %d/%d: %s", step, total, {k: round(v, 4) for k, v in row.items() if "/" in k})
+        finally:
+            metrics.close()
+        meta_out = {"policy": cfg.policy.name, "env_steps": 0, "iteration": step,
+                    "obs_spec": {k: list(v.shape) for k, v in env.obs_spec.items()},
+                    "action_spec": {"shape": list(env.action_spec.shape), "low": env.action_spec.low,
+                                    "high": env.action_spec.high}, "config": _cfg_dict(cfg)}
+        ckpt = ckpt_io.save(self.run_dir / "checkpoints", step, policy.state_dict(),
+                            {"algo": algo.state_dict(), "state": {"iteration": step}}, meta_out, keep=rc.keep_checkpoints)
+        summary: dict[str, Any] = {"run_dir": str(self.run_dir), "gradient_steps": step, "checkpoint": str(ckpt),
+                                   "wall_time_min": round((time.monotonic() - t0) / 60, 2), "train_transitions": n}
+        if rc.final_eval_episodes > 0:
+            summary["final_eval"] = self._evaluate(policy, rc.final_eval_episodes, record=False).as_dict()
+        ckpt_io.atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        return summary
+
+    @torch.no_grad()
+    def _val_loss(self, algo: Any, policy: Any, val: DemoArrays, batch: int) -> float:
+        policy.eval()
+        n = val.actions.shape[0]
+        total = 0.0
+        for s in range(0, n, batch):
+            idx = np.arange(s, min(n, s + batch))
+            nll, _ = algo.loss(*val.batch(idx))
+            total += float(nll) * len(idx)
+        return total / n
+
+    def _evaluate(self, policy: Any, episodes: int, record: bool) -> Any:
+        policy.eval()
+        with torch.no_grad():
+            return evaluate_policy(self.env, policy, episodes, seed=self.cfg.run.seed + 10_000, record_video=record)
+
+
+def _cfg_dict(cfg: TrainConfig) -> dict[str, Any]:
+    from robo_rl.config import to_dict
+
+    return to_dict(cfg)

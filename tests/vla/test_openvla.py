@@ -1,0 +1,157 @@
+"""OpenVLA-style VLA: tokenizer, batch decoding vs teacher forcing, PPO direction, BC, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robo_rl.algorithms.bc import BC, BCConfig
+from robo_rl.algorithms.ppo import PPO, PPOConfig
+from robo_rl.contracts import ArraySpec
+from robo_rl.errors import CheckpointError, ConfigError
+from robo_rl.rollout.buffer import RolloutBatch
+from vla.openvla.decode import batch_decode
+from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy, PromptTooLong
+from vla.openvla.tokenizer import ActionTokenizer, NormStats
+
+SPEC = ArraySpec((7,), "float32", -1.0, 1.0)
+INSTR = ["pick up the cube", "push the cube to the goal", "a", "stack the red cube on the green cube"]
+
+
+def _policy(**kw) -> OpenVLAPolicy:
+    torch.manual_seed(0)
+    return OpenVLAPolicy(OpenVLAConfig(**kw), {"rgb": ArraySpec((1, 40, 40, 3), "uint8")}, SPEC).eval()
+
+
+def _obs(b: int = 4, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"rgb": rng.integers(0, 255, (b, 1, 40, 40, 3), dtype=np.uint8), "instruction": [INSTR[i % 4] for i in range(b)]}
+
+
+def test_tokenizer_matches_openvla_formula_and_round_trips():
+    tok = ActionTokenizer(32000, 256)
+    assert tok.first_id == 31744
+    # OpenVLA: id = vocab - digitize(a, linspace(-1, 1, 256)); a = 1 -> 31744, a = -1 -> 31999
+    assert tok.encode(np.array([1.0, -1.0, 0.0])).tolist() == [31744, 31999, 32000 - int(np.digitize(0.0, tok.bins))]
+    a = np.random.default_rng(0).uniform(-1, 1, (10000, 7))
+    ids = tok.encode(a)
+    assert ids.min() >= 31744 and ids.max() <= 31999
+    err = np.abs(tok.decode(ids) - a).max()
+    assert err <= tok.bin_width / 2 + 1e-6
+    # out-of-range actions clip to the edge bins
+    assert tok.encode(np.array([5.0, -5.0])).tolist() == [31744, 31999]
+
+
+def test_norm_stats_exclude_the_gripper_and_invert():
+    acts = np.random.default_rng(1).normal(0, 0.3, (500, 7))
+    acts[:, -1] = np.sign(acts[:, -1])
+    st = NormStats.from_actions(acts, mask=(True,) * 6 + (False,))
+    n = st.normalize(acts)
+    assert n.min() >= -1 and n.max() <= 1
+    np.testing.assert_array_equal(n[:, -1], acts[:, -1])
+    inside = np.all((acts[:, :6] >= st.q01[:6]) & (acts[:, :6] <= st.q99[:6]), axis=1)
+    np.testing.assert_allclose(st.unnormalize(n)[inside], acts[inside], atol=1e-5)
+
+
+def test_norm_stats_errors_name_the_key():
+    stats = {"bridge_orig": NormStats((0.0,) * 7, (1.0,) * 7, (True,) * 7).to_dict()}
+    with pytest.raises(CheckpointError, match="fractal.*bridge_orig"):
+        NormStats.from_norm_stats(stats, "fractal")
+    with pytest.raises(CheckpointError, match="choose one with unnorm_key"):
+        NormStats.from_norm_stats({**stats, "other": stats["bridge_orig"]}, None)
+
+
+def test_decode_log_probs_equal_teacher_forced_evaluate():
+    p = _policy(temperature=0.8)
+    obs = _obs()
+    with torch.no_grad():
+        out = p.act(obs)
+        lp, ent, v = p.evaluate(obs, out.extras)
+        v2 = p.value(obs)
+    assert out.actions.shape == (4, 7) and out.extras["action_index"].shape == (4, 7)
+    torch.testing.assert_close(lp, out.log_prob, atol=1e-5, rtol=0)
+    torch.testing.assert_close(v, out.value, atol=1e-5, rtol=0)
+    torch.testing.assert_close(v2, out.value, atol=1e-5, rtol=0)
+    assert torch.all(ent > 0) and torch.all(ent <= 7 * np.log(256) + 1e-4)
+
+
+def test_batched_decode_equals_per_env_decode():
+    p = _policy()
+    obs = _obs()
+    with torch.no_grad():
+        px = p.pixels(obs["rgb"])
+        ids, mask = p.prompts(obs, 4)
+        batched = batch_decode(p.model, px, ids, mask, greedy=True)
+        for i in range(4):
+            one = batch_decode(p.model, px[i:i + 1], ids[i:i + 1], mask[i:i + 1], greedy=True)
+            assert torch.equal(one.index[0], batched.index[i])
+            torch.testing.assert_close(one.log_prob[0], batched.log_prob[i], atol=1e-5, rtol=0)
+
+
+def test_ppo_update_raises_log_prob_of_advantaged_tokens():
+    p = _policy()
+    obs = _obs(8)
+    with torch.no_grad():
+        out = p.act(obs)
+    t_obs = {"rgb": torch.from_numpy(obs["rgb"])}
+    adv = torch.tensor([1.0, -1.0] * 4)
+    batch = RolloutBatch(t_obs, out.extras, out.log_prob, out.value, adv, out.value + adv)
+    algo = PPO(PPOConfig(lr=1e-3, epochs=4, minibatches=1, target_kl=None, norm_adv=False, value_lr=1e-3), p)
+    p.train()
+    algo.update(batch)
+    with torch.no_grad():
+        new_lp, _, _ = p.evaluate(t_obs, out.extras)
+    delta = new_lp - out.log_prob
+    assert torch.all(delta[adv > 0] > 0) and torch.all(delta[adv < 0] < 0)
+    assert len(algo.optimizer.param_groups) == 2  # value head on its own learning rate
+
+
+def test_critic_warmup_leaves_the_actor_untouched():
+    p = _policy()
+    obs = _obs(4)
+    with torch.no_grad():
+        out = p.act(obs)
+    t_obs = {"rgb": torch.from_numpy(obs["rgb"])}
+    batch = RolloutBatch(t_obs, out.extras, out.log_prob, out.value, torch.ones(4), torch.full((4,), 2.0))
+    algo = PPO(PPOConfig(epochs=2, minibatches=1, critic_warmup_iters=1, value_loss="huber"), p)
+    before = {k: v.clone() for k, v in p.model.state_dict().items()}
+    p.train()
+    stats = algo.update(batch)
+    assert stats["critic_warmup"] == 1.0
+    assert all(torch.equal(before[k], v) for k, v in p.model.state_dict().items())
+    with torch.no_grad():
+        assert float(p.value(obs).mean()) > 0.0  # the critic moved towards the returns
+
+
+def test_bc_fits_expert_actions():
+    p = _policy()
+    obs = _obs(8)
+    expert = torch.from_numpy(np.random.default_rng(3).uniform(-0.9, 0.9, (8, 7)).astype(np.float32))
+    tobs = {"rgb": torch.from_numpy(obs["rgb"]), "instruction": obs["instruction"]}
+    algo = BC(BCConfig(dataset="unused.h5", lr=3e-3), p)
+    p.train()
+    first = algo.update((tobs, expert))["nll"]
+    for _ in range(60):
+        last = algo.update((tobs, expert))["nll"]
+    assert last < 0.2 * first
+    p.eval()
+    with torch.no_grad():
+        greedy = p.act(tobs, deterministic=True).actions
+    assert float((greedy - expert).abs().max()) <= 2 / 255 + 1e-5  # within one bin of the expert
+
+
+def test_bad_inputs_fail_clearly():
+    p = _policy(max_prompt_tokens=40)
+    obs = _obs(2)
+    with pytest.raises(PromptTooLong, match="max_prompt_tokens = 40"):
+        p.act(obs)
+    p = _policy()
+    with pytest.raises(ValueError, match="must be uint8"):
+        p.act({"rgb": obs["rgb"].astype(np.float32), "instruction": obs["instruction"]})
+    with pytest.raises(ValueError, match=r"shape \(B, V, H, W, 3\)"):
+        p.act({"rgb": obs["rgb"][:, 0], "instruction": obs["instruction"]})
+    with pytest.raises(ConfigError, match="needs an 'rgb' observation"):
+        OpenVLAPolicy(OpenVLAConfig(), {"state": ArraySpec((9,), "float32")}, SPEC)
+    with pytest.raises(ConfigError, match="not a preset"):
+        OpenVLAConfig(arch="huge")

@@ -1,0 +1,1 @@
+"""OpenVLA-style VLA: action tokenizer, model on transformers modules, checkpoint loading, batch decoding."""

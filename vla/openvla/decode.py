@@ -1,0 +1,76 @@
+"""Batch decoding of action tokens with a KV cache, and the teacher-forced recomputation PPO needs.
+
+Both work on action *indices* k in [0, n_bins) (token id = first_id + k) and on the distribution
+``softmax(action_logits / temperature)`` restricted to the n_bins action ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from vla.openvla.model import OpenVLAModel
+
+
+@dataclass
+class DecodeOutput:
+    """index (B, A) long; log_prob, entropy (B, A) per token; prefix_hidden (B, D): the hidden state
+    just before the first action token (what the value head reads)."""
+
+    index: torch.Tensor
+    log_prob: torch.Tensor
+    entropy: torch.Tensor
+    prefix_hidden: torch.Tensor
+
+
+def _dist_terms(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return logp, entropy
+
+
+def batch_decode(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                 temperature: float = 1.0, greedy: bool = False,
+                 generator: torch.Generator | None = None) -> DecodeOutput:
+    """Decode ``action_dim`` tokens for all B rows in one batched pass per token (prefix once, then
+    one cached step per token). pixels (B, C, H, W); prompt_ids/mask (B, L)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (got {temperature}); use greedy=True for argmax decoding")
+    embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask)
+    hidden, cache = model.backbone(embeds, mask, pos, use_cache=True)
+    last = hidden[:, -1]
+    prefix_hidden = last
+    next_pos = pos[:, -1:] + 1
+    idx, logps, ents = [], [], []
+    for step in range(model.arch.action_dim):
+        logp, ent = _dist_terms(model.action_logits(last), temperature)
+        if greedy:
+            k = logp.argmax(-1)
+        else:
+            k = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        idx.append(k)
+        logps.append(logp.gather(-1, k[:, None]).squeeze(-1))
+        ents.append(ent)
+        if step == model.arch.action_dim - 1:
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        h, cache = model.backbone(model.embed_action_index(k[:, None]), mask, next_pos, cache=cache, use_cache=True)
+        last = h[:, -1]
+        next_pos = next_pos + 1
+    return DecodeOutput(torch.stack(idx, 1), torch.stack(logps, 1), torch.stack(ents, 1), prefix_hidden)
+
+
+def teacher_forced(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                   index: torch.Tensor, temperature: float = 1.0) -> DecodeOutput:
+    """Log-probs and entropies (B, A) of stored action indices (B, A) in one forward pass."""
+    embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask)
+    a = index.shape[1]
+    act_emb = model.embed_action_index(index[:, :-1])
+    embeds = torch.cat([embeds, act_emb.to(embeds.dtype)], dim=1)
+    mask = torch.cat([mask, torch.ones(mask.shape[0], a - 1, dtype=mask.dtype, device=mask.device)], dim=1)
+    pos = torch.cat([pos, pos[:, -1:] + torch.arange(1, a, device=pos.device)[None]], dim=1)
+    hidden, _ = model.backbone(embeds, mask, pos)
+    h = hidden[:, -a:]
+    logp, ent = _dist_terms(model.action_logits(h), temperature)
+    return DecodeOutput(index, logp.gather(-1, index[..., None]).squeeze(-1), ent, h[:, 0])

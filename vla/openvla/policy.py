@@ -1,0 +1,261 @@
+"""OpenVLA-style VLA behind the ``Policy`` contract.
+
+Input: ``obs["rgb"]`` (B, V, H, W, 3) uint8 (camera ``cfg.camera`` is used, resized to the model's
+image size as OpenVLA's "resize-naive"), ``obs["instruction"]`` list[str] of length B (or the
+config's default). Output actions (B, A) float32 in env units: the decoded bin centres un-normalized
+with the checkpoint's q01/q99 statistics. ``extras``: ``action_index`` (B, A) long (token id -
+first action id), ``prompt_ids``/``prompt_mask`` (B, L) so ``evaluate`` recomputes log-probs in one
+teacher-forced pass. log_prob / entropy are sums over the A action tokens; the value head reads the
+hidden state just before the first action token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robo_rl.contracts import ArraySpec, PolicyOutput
+from robo_rl.errors import ConfigError
+from vla.openvla.decode import batch_decode, teacher_forced
+from vla.openvla.model import ARCH_PRESETS, OpenVLAModel, VLAArch
+from vla.openvla.text import ByteTokenizer, TextTokenizer
+from vla.openvla.tokenizer import NormStats
+
+log = logging.getLogger(__name__)
+
+
+class PromptTooLong(ValueError):
+    """An instruction tokenizes to more tokens than the prompt budget."""
+
+
+@dataclass(frozen=True)
+class OpenVLAConfig:
+    """OpenVLA-style policy."""
+
+    name: str = "openvla"
+    """Registry name of the policy."""
+    arch: str = "tiny"
+    """Architecture preset for a random-init model (used when ``checkpoint`` is null)."""
+    checkpoint: str | None = None
+    """Local directory: a released OpenVLA HF checkpoint, or one written by robo-rl (``vla build-mini``)."""
+    unnorm_key: str | None = None
+    """Dataset key of the checkpoint's norm_stats used to un-normalize actions (null if it has one)."""
+    camera: int = 0
+    """Which camera of ``obs['rgb']`` (V axis) the model sees."""
+    prompt: str = "In: What action should the robot take to {instruction}?\nOut:"
+    """Prompt template; the instruction is lower-cased as OpenVLA does."""
+    default_instruction: str = "complete the task"
+    """Instruction used when the observation carries none."""
+    max_prompt_tokens: int = 128
+    """Prompt budget in tokens; a longer instruction is an error (never silently truncated)."""
+    temperature: float = 1.0
+    """Sampling temperature of rollouts (evaluation is greedy); log-probs are under this temperature."""
+    value_hidden: int = 256
+    """Hidden width of the value head (reads the hidden state before the first action token)."""
+    lora_rank: int = 0
+    """LoRA rank on the Llama projections through peft (0 = full fine-tuning)."""
+    lora_alpha: float = 16.0
+    """LoRA alpha."""
+    freeze_vision: bool = False
+    """Keep the vision backbone fixed."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Weights dtype of the VLA (value head stays float32)."""
+
+    def __post_init__(self) -> None:
+        if self.checkpoint is None and self.arch not in ARCH_PRESETS:
+            raise ConfigError(f"config key 'policy.arch' = {self.arch!r} is not a preset; known: {', '.join(ARCH_PRESETS)}")
+        if self.temperature <= 0:
+            raise ConfigError(f"config key 'policy.temperature' = {self.temperature} must be > 0")
+        if "{instruction}" not in self.prompt:
+            raise ConfigError("config key 'policy.prompt' must contain '{instruction}'")
+
+
+class OpenVLAPolicy(nn.Module):
+    """``Policy`` over an ``OpenVLAModel``; see the module docstring for shapes."""
+
+    Config = OpenVLAConfig
+
+    def __init__(self, cfg: OpenVLAConfig, obs_spec: dict[str, ArraySpec] | None = None,
+                 action_spec: ArraySpec | None = None, model: OpenVLAModel | None = None,
+                 text_tokenizer: TextTokenizer | None = None, norm_stats: NormStats | None = None,
+                 append_token_id: int | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        if model is None:
+            if cfg.checkpoint is not None:
+                from vla.openvla.checkpoint import load_pretrained
+
+                loaded = load_pretrained(cfg.checkpoint, cfg.unnorm_key)
+                model, text_tokenizer, norm_stats, append_token_id = (
+                    loaded.model, loaded.text_tokenizer, loaded.norm_stats, loaded.append_token_id)
+            else:
+                arch = ARCH_PRESETS[cfg.arch]
+                if action_spec is not None:  # a random-init model decodes what the env takes
+                    arch = dataclasses.replace(arch, action_dim=int(action_spec.shape[-1]))
+                model = OpenVLAModel(arch)
+        self.model = model
+        arch: VLAArch = model.arch
+        self.text = text_tokenizer or ByteTokenizer()
+        self.append_token_id = append_token_id
+        if obs_spec is not None and "rgb" not in obs_spec:
+            raise ConfigError(f"policy 'openvla' needs an 'rgb' observation; the env gives {sorted(obs_spec)} "
+                              "(set env.obs_mode: rgb)")
+        if action_spec is not None and int(action_spec.shape[-1]) != arch.action_dim:
+            raise ConfigError(f"policy 'openvla' decodes {arch.action_dim}-D actions but the env expects "
+                              f"{action_spec.shape[-1]}-D (choose a matching controller or checkpoint)")
+        if norm_stats is None:
+            lo = action_spec.low if action_spec is not None and action_spec.low is not None else -1.0
+            hi = action_spec.high if action_spec is not None and action_spec.high is not None else 1.0
+            norm_stats = NormStats((float(lo),) * arch.action_dim, (float(hi),) * arch.action_dim, (True,) * arch.action_dim)
+        self.register_buffer("q01", torch.tensor(norm_stats.q01, dtype=torch.float32))
+        self.register_buffer("q99", torch.tensor(norm_stats.q99, dtype=torch.float32))
+        self.register_buffer("norm_mask", torch.tensor(norm_stats.mask, dtype=torch.bool))
+        mean, std = model.vision_backbone.norm_constants()
+        self.register_buffer("pix_mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("pix_std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+        hidden = arch.llm.hidden
+        self.value_head = nn.Sequential(nn.Linear(hidden, cfg.value_hidden), nn.GELU(), nn.Linear(cfg.value_hidden, 1))
+        nn.init.zeros_(self.value_head[2].weight)
+        nn.init.zeros_(self.value_head[2].bias)
+        if cfg.dtype == "bfloat16":
+            self.model.to(torch.bfloat16)
+        if cfg.lora_rank > 0:
+            self._add_lora()
+        if cfg.freeze_vision:
+            self.model.vision_backbone.requires_grad_(False)
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # -- setup helpers -----------------------------------------------------------------------------
+    def _add_lora(self) -> None:
+        from peft import LoraConfig, inject_adapter_in_model
+
+        lm = self.model.language_model
+        lm.requires_grad_(False)
+        lora = LoraConfig(r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0,
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        inject_adapter_in_model(lora, lm.model)
+
+    @property
+    def norm_stats(self) -> NormStats:
+        return NormStats(tuple(self.q01.tolist()), tuple(self.q99.tolist()), tuple(bool(x) for x in self.norm_mask.tolist()))
+
+    def set_norm_stats(self, stats: NormStats) -> None:
+        """Use a dataset's action statistics (SFT does this before training)."""
+        if stats.action_dim != self.model.arch.action_dim:
+            raise ConfigError(f"norm stats are {stats.action_dim}-D but the model decodes {self.model.arch.action_dim}-D actions")
+        self.q01.copy_(torch.tensor(stats.q01))
+        self.q99.copy_(torch.tensor(stats.q99))
+        self.norm_mask.copy_(torch.tensor(stats.mask))
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the critic (PPO may give them their own learning rate)."""
+        return list(self.value_head.parameters())
+
+    # -- observation processing ------------------------------------------------------------------
+    def pixels(self, rgb: Any) -> torch.Tensor:
+        """(B, V, H, W, 3) uint8 -> (B, C, S, S) normalized float (C = 3, or 6 for fused towers)."""
+        x = torch.as_tensor(rgb)
+        if x.dtype != torch.uint8:
+            raise ValueError(f"obs['rgb'] must be uint8 (B, V, H, W, 3); got dtype {x.dtype}")
+        if x.ndim != 5 or x.shape[-1] != 3:
+            raise ValueError(f"obs['rgb'] must have shape (B, V, H, W, 3); got {tuple(x.shape)}")
+        if not 0 <= self.cfg.camera < x.shape[1]:
+            raise ValueError(f"policy.camera = {self.cfg.camera} but obs['rgb'] has {x.shape[1]} camera(s)")
+        img = x[:, self.cfg.camera].permute(0, 3, 1, 2).float().div_(255.0)
+        size = self.model.arch.vision.image_size
+        if img.shape[-2:] != (size, size):
+            img = F.interpolate(img, size=(size, size), mode="bicubic", antialias=True, align_corners=False).clamp_(0, 1)
+        if self.model.vision_backbone.in_channels == 6:
+            img = torch.cat([img, img], dim=1)
+        img = (img.to(self.pix_mean.device) - self.pix_mean) / self.pix_std
+        return img.to(self.model.language_model.get_input_embeddings().weight.dtype)
+
+    def _prompt(self, instruction: str) -> list[int]:
+        ids = self._prompt_cache.get(instruction)
+        if ids is None:
+            ids = self.text.encode(self.cfg.prompt.format(instruction=instruction.lower()))
+            if self.append_token_id is not None and (not ids or ids[-1] != self.append_token_id):
+                ids.append(self.append_token_id)
+            if len(ids) > self.cfg.max_prompt_tokens:
+                raise PromptTooLong(f"instruction {instruction!r} needs {len(ids)} prompt tokens but "
+                                    f"policy.max_prompt_tokens = {self.cfg.max_prompt_tokens}; raise it")
+            self._prompt_cache[instruction] = ids
+        return ids
+
+    def prompts(self, obs: dict[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompt ids and mask (B, max_prompt_tokens)."""
+        instr = obs.get("instruction")
+        if instr is None:
+            instr = [self.cfg.default_instruction] * batch
+        elif isinstance(instr, str):
+            instr = [instr] * batch
+        if len(instr) != batch:
+            raise ValueError(f"obs['instruction'] has {len(instr)} entries for a batch of {batch}")
+        n = self.cfg.max_prompt_tokens
+        ids = torch.full((batch, n), self.model.arch.llm.pad_id, dtype=torch.long)
+        mask = torch.zeros(batch, n, dtype=torch.long)
+        for i, text in enumerate(instr):
+            p = self._prompt(str(text))
+            ids[i, n - len(p):] = torch.tensor(p)
+            mask[i, n - len(p):] = 1
+        dev = self.q01.device
+        return ids.to(dev), mask.to(dev)
+
+    def _unnormalize(self, index: torch.Tensor) -> torch.Tensor:
+        tok = self.model.action_tokenizer
+        centers = torch.as_tensor(tok.bin_centers, dtype=torch.float32, device=index.device)
+        # index k <-> token id first_id + k; decode uses bin vocab - id - 1 = n_bins - 1 - k
+        a = centers[(tok.n_bins - 1 - index).clamp(0, centers.shape[0] - 1)]
+        return torch.where(self.norm_mask, 0.5 * (a + 1.0) * (self.q99 - self.q01) + self.q01, a)
+
+    def actions_to_index(self, actions: Any) -> torch.Tensor:
+        """(B, A) env-unit actions -> (B, A) action indices (OpenVLA's tokenizer, for SFT targets)."""
+        a = np.asarray(torch.as_tensor(actions, dtype=torch.float32).cpu())
+        ids = self.model.action_tokenizer.encode(self.norm_stats.normalize(a))
+        return self.model.action_tokenizer.ids_to_index(torch.from_numpy(ids)).to(self.q01.device)
+
+    # -- Policy contract ---------------------------------------------------------------------------
+    def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
+        pixels = self.pixels(obs["rgb"])
+        ids, mask = self.prompts(obs, pixels.shape[0])
+        out = batch_decode(self.model, pixels, ids, mask, self.cfg.temperature, greedy=deterministic)
+        value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
+        return PolicyOutput(actions=self._unnormalize(out.index), log_prob=out.log_prob.sum(-1), value=value,
+                            extras={"action_index": out.index, "prompt_ids": ids, "prompt_mask": mask})
+
+    def evaluate(self, obs: dict[str, Any], extras: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        pixels = self.pixels(obs["rgb"])
+        out = teacher_forced(self.model, pixels, extras["prompt_ids"], extras["prompt_mask"], extras["action_index"],
+                             self.cfg.temperature)
+        value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
+        return out.log_prob.sum(-1), out.entropy.sum(-1), value
+
+    def extras_for_actions(self, obs: dict[str, Any], actions: Any) -> dict[str, torch.Tensor]:
+        """What ``evaluate`` needs to score given env actions (B, A) (behaviour cloning targets)."""
+        pixels_b = int(torch.as_tensor(obs["rgb"]).shape[0])
+        ids, mask = self.prompts(obs, pixels_b)
+        return {"action_index": self.actions_to_index(actions), "prompt_ids": ids, "prompt_mask": mask}
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        pixels = self.pixels(obs["rgb"])
+        ids, mask = self.prompts(obs, pixels.shape[0])
+        embeds, m, pos = self.model.embed_prefix(pixels, ids, mask)
+        hidden, _ = self.model.backbone(embeds, m, pos)
+        return self.value_head(hidden[:, -1].float()).squeeze(-1)
+
+    def reset(self, env_ids: Any = None) -> None:
+        """Stateless (one action per step): nothing to clear."""
+
+    # -- save / load ---------------------------------------------------------------------------------
+    def save_pretrained(self, path: str | Path) -> Path:
+        from vla.openvla.checkpoint import save_pretrained
+
+        return save_pretrained(self, path)
