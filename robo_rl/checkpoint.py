@@ -57,7 +57,13 @@ def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], train
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    tensors = {k: v.detach().cpu().contiguous() for k, v in model_state.items()}
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for k, v in model_state.items():  # tied weights (e.g. LM head = embedding) share storage: copy repeats
+        t = v.detach().cpu().contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        tensors[k] = t.clone() if ptr in seen and t.numel() else t
+        seen.add(ptr)
     save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": FORMAT})
     torch.save(trainer_state, tmp / "trainer.pt")
     (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": VERSION, **meta}, indent=2))

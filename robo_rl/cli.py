@@ -41,6 +41,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         from robo_rl.runners.config import TrainConfig
 
         cfg = load(TrainConfig, args.config, args.overrides)
+        if args.dry_run:
+            from robo_rl.runners.dry_run import dry_run
+
+            print(json.dumps(dry_run(cfg), indent=2))
+            return 0
         summary = train_mod.train(cfg)
     print(json.dumps(summary, indent=2))
     return 0
@@ -168,6 +173,16 @@ def cmd_demos(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vla(args: argparse.Namespace) -> int:
+    from vla.openvla.mini import build_mini
+
+    if args.action_dim < 1 or args.image_size < 32:
+        raise RoboRLError("--action-dim must be >= 1 and --image-size >= 32")
+    path = build_mini(args.out, image_size=args.image_size, action_dim=args.action_dim, llm_layers=args.llm_layers)
+    print(json.dumps({"out": str(path)}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="robo-rl", description="RL post-training of robot policies.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -177,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", help="YAML config, e.g. configs/quickstart.yaml")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.lr=3e-4 env.num_envs=4")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.add_argument("--dry-run", action="store_true", help="build env (1 env, CPU), policy (no weights) and algorithm, then stop")
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a run or checkpoint")
@@ -205,6 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--image-size", type=int, default=128)
     g.add_argument("--only-success", action="store_true", help="drop failed expert attempts")
     g.set_defaults(fn=cmd_demos)
+
+    v = sub.add_parser("vla", help="VLA model utilities")
+    vsub = v.add_subparsers(dest="vla_command", required=True)
+    bm = vsub.add_parser("build-mini", help="assemble the mini OpenVLA-style model (SmolLM2-135M + MobileNetV2) offline")
+    bm.add_argument("--out", default=".models/openvla-mini", help="output directory")
+    bm.add_argument("--image-size", type=int, default=128)
+    bm.add_argument("--action-dim", type=int, default=8, help="action dims (8 = Panda pd_joint_pos / pd_joint_delta_pos)")
+    bm.add_argument("--llm-layers", type=int, default=None, help="keep only the first N SmolLM2 layers (default: all 30)")
+    bm.set_defaults(fn=cmd_vla)
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding)")
     b.add_argument("name", help="ppo | env | decode")

@@ -130,7 +130,9 @@ def _load_ours(path: Path, cfg: dict[str, Any], unnorm_key: str | None) -> Loade
     except (KeyError, TypeError) as err:
         raise CheckpointError(f"'{path}/config.json' has a malformed arch ({err})") from None
     model = OpenVLAModel(arch)
-    _finish(model, read_state_dict(path), path)
+    _finish(model, read_state_dict(path), path, optional=("lm_head.weight",) if arch.llm.tie_embeddings else ())
+    if arch.llm.tie_embeddings:
+        model.language_model.tie_weights()
     stats = NormStats.from_norm_stats(cfg["norm_stats"], unnorm_key) if cfg.get("norm_stats") else None
     return Loaded(model, _tokenizer(path), stats, cfg.get("append_token_id"))
 
@@ -147,7 +149,9 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if "lora_" not in k}
+        tied = model.arch.llm.tie_embeddings  # the output head shares the input embedding: store it once
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+                 if "lora_" not in k and not (tied and k == "language_model.lm_head.weight")}
         save_file(state, str(tmp / "model.safetensors"))
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         if isinstance(policy.text, HFTokenizer):

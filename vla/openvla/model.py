@@ -114,9 +114,13 @@ class OpenVLAModel(nn.Module):
                      prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """pixels (B, C, H, W) normalized; prompt_ids/mask (B, L) left-padded, without BOS.
 
-        Returns embeds (B, 1+P+L, D), mask (B, 1+P+L) long, position_ids (B, 1+P+L)."""
+        Returns embeds (B, 1+P+L', D), mask (B, 1+P+L') long, position_ids (B, 1+P+L'), where L' <= L
+        drops the columns that are padding in every row."""
         emb = self.language_model.get_input_embeddings()
         b = pixels.shape[0]
+        keep = prompt_mask.bool().any(0)
+        if not bool(keep.all()):  # columns that are padding in every row: dropping them changes nothing
+            prompt_ids, prompt_mask = prompt_ids[:, keep], prompt_mask[:, keep]
         patches = self.projector(self.vision_backbone(pixels))
         patches = patches.to(emb.weight.dtype)
         bos = emb(torch.full((b, 1), self.arch.llm.bos_id, dtype=torch.long, device=pixels.device))
