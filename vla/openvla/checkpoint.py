@@ -104,9 +104,28 @@ def load_pretrained(path: str | Path, unnorm_key: str | None = None) -> Loaded:
                           "the openvla policy loads model_type 'openvla' or a robo-rl VLA directory")
 
 
+# DINOv2 attention parameter names before / after transformers 5.2x renamed them.
+_DINO_RENAMES = ((".attention.attention.query.", ".attention.q_proj."), (".attention.attention.key.", ".attention.k_proj."),
+                 (".attention.attention.value.", ".attention.v_proj."), (".attention.output.dense.", ".attention.o_proj."))
+
+
+def _to_installed_names(state: dict[str, torch.Tensor], expected: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Rename DINOv2 attention keys to the spelling of the installed transformers."""
+    old_style = any(".attention.attention.query." in k for k in expected)
+    out = {}
+    for k, v in state.items():
+        for old, new in _DINO_RENAMES:
+            a, b = (new, old) if old_style else (old, new)
+            if a in k and "featurizer.encoder.layer." in k:
+                k = k.replace(a, b)
+        out[k] = v
+    return out
+
+
 def _finish(model: OpenVLAModel, state: dict[str, torch.Tensor], path: Path,
             optional: tuple[str, ...] = ()) -> None:
     expected = model.state_dict()
+    state = _to_installed_names(state, expected)
     missing = [k for k in expected if k not in state and not any(k.endswith(o) for o in optional)]
     unexpected = [k for k in state if k not in expected]
     if missing or unexpected:

@@ -9,6 +9,7 @@ action ids (rows of ``lm_head``), never over the full vocabulary.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -86,6 +87,18 @@ class Projector(nn.Module):
         return x
 
 
+def _cache_kwarg(lm: nn.Module) -> str:
+    """transformers renamed the KV-cache argument from ``past_key_values`` to ``cache`` during 5.x."""
+    return _cache_kwarg_of(type(lm))
+
+
+@functools.cache
+def _cache_kwarg_of(cls: type) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
 def build_llama(arch: LLMArch) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -133,9 +146,12 @@ class OpenVLAModel(nn.Module):
     def backbone(self, embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor,
                  cache: object | None = None, use_cache: bool = False) -> tuple[torch.Tensor, object | None]:
         """Llama trunk: (B, S, D) -> last hidden states (B, S, D) (final norm applied) and the cache."""
+        kw = {_cache_kwarg(self.language_model.model): cache}
         out = self.language_model.model(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids,
-                                        cache=cache, use_cache=use_cache)
-        return out.last_hidden_state, out.cache if use_cache else None
+                                        use_cache=use_cache, **kw)
+        if not use_cache:
+            return out.last_hidden_state, None
+        return out.last_hidden_state, getattr(out, "cache", None) or getattr(out, "past_key_values", None)
 
     def action_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) hidden states -> (..., n_bins) logits of the action ids (index k = id - first_id)."""
