@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--out", default=".models/openvla-mini", help="output directory")
     bm.add_argument("--image-size", type=int, default=128)
     bm.add_argument("--action-dim", type=int, default=8, help="action dims (8 = Panda pd_joint_pos / pd_joint_delta_pos)")
-    bm.add_argument("--llm-layers", type=int, default=None, help="keep only the first N SmolLM2 layers (default: all 30)")
+    bm.add_argument("--llm-layers", type=int, default=8, help="keep the first N of SmolLM2's 30 layers (8: CPU-sized; 30: all)")
     bm.set_defaults(fn=cmd_vla)
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -223,6 +224,21 @@ class ManiSkillSingleEnv:
         self.env.close()
 
 
+def physx_gpu_library() -> Path | None:
+    """Where SAPIEN looks for ``libPhysXGpu_64.so`` (None if SAPIEN is not importable)."""
+    try:
+        import sapien
+    except ImportError:
+        return None
+    return Path.home() / ".sapien" / "physx" / sapien.physx.version() / "libPhysXGpu_64.so"
+
+
+def physx_gpu_url() -> str:
+    import sapien
+
+    return f"https://github.com/sapien-sim/physx-precompiled/releases/download/{sapien.physx.version()}/linux-so.zip"
+
+
 @dataclass(frozen=True)
 class _Factory:
     """Picklable factory for spawn workers."""
@@ -288,7 +304,16 @@ class _GPUBatch:
         from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
         self.cfg = cfg
-        base = _make_gym_env(cfg, "physx_cuda", cfg.num_envs, render)
+        try:
+            base = _make_gym_env(cfg, "physx_cuda", cfg.num_envs, render)
+        except Exception as err:  # SAPIEN fetches its PhysX GPU library from GitHub on first use
+            lib = physx_gpu_library()
+            if lib is not None and not lib.exists():
+                raise SimulatorUnavailable(
+                    f"ManiSkill GPU physics needs SAPIEN's PhysX GPU library at {lib}, which SAPIEN downloads from "
+                    f"GitHub on first use and could not ({type(err).__name__}); fetch {physx_gpu_url()} elsewhere and "
+                    f"unzip it into {lib.parent}, or set env.backend: cpu") from None
+            raise
         self.env = ManiSkillVectorEnv(base, cfg.num_envs, auto_reset=True, ignore_terminations=False)
         space = self.env.single_action_space
         self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
