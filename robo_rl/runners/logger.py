@@ -14,16 +14,20 @@ CSV_COLUMNS = (
     "loss/policy_loss", "loss/value_loss", "loss/entropy", "loss/approx_kl", "loss/clip_frac",
     "loss/explained_variance", "loss/grad_norm", "loss/lr", "env/worker_restarts",
 )
+OFFLINE_COLUMNS = (
+    "iteration", "env_steps", "wall_time", "epoch", "loss/nll", "loss/val_nll", "loss/entropy", "loss/grad_norm",
+    "eval/success_rate", "eval/ci_low", "eval/ci_high",
+)
 
 
 class MetricsLogger:
     """Appends one CSV row per call; mirrors every scalar to TensorBoard."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, columns: tuple[str, ...] = CSV_COLUMNS) -> None:
         self.path = run_dir / "metrics.csv"
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._fh = open(self.path, "a", newline="")
-        self._writer = csv.DictWriter(self._fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        self._writer = csv.DictWriter(self._fh, fieldnames=columns, extrasaction="ignore")
         if new:
             self._writer.writeheader()
             self._fh.flush()

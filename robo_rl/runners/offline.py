@@ -19,7 +19,7 @@ from robo_rl.errors import ConfigError
 from robo_rl.runners.build import build_algorithm, build_env, build_policy
 from robo_rl.runners.config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy
-from robo_rl.runners.logger import MetricsLogger
+from robo_rl.runners.logger import OFFLINE_COLUMNS, MetricsLogger
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class OfflineTrainer:
         n = train.actions.shape[0]
         total = max(1, int(ac.epochs * n / ac.batch_size))
         log.info("bc: %d train transitions (%d val), %d gradient steps", n, 0 if val is None else val.actions.shape[0], total)
-        metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard)
+        metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard, columns=OFFLINE_COLUMNS)
         t0 = time.monotonic()
         sums: dict[str, float] = {}
         count = 0
