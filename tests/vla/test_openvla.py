@@ -155,3 +155,25 @@ def test_bad_inputs_fail_clearly():
         OpenVLAPolicy(OpenVLAConfig(), {"state": ArraySpec((9,), "float32")}, SPEC)
     with pytest.raises(ConfigError, match="not a preset"):
         OpenVLAConfig(arch="huge")
+
+
+def test_lora_trains_adapters_only_and_saves_merged(tmp_path):
+    p = _policy(lora_rank=4, freeze_vision=True)
+    trainable = {n for n, q in p.named_parameters() if q.requires_grad}
+    assert trainable and all("lora_" in n or n.startswith(("value_head", "model.projector")) for n in trainable)
+    obs = _obs(4)
+    with torch.no_grad():
+        out = p.act(obs)
+    t_obs = {"rgb": torch.from_numpy(obs["rgb"])}
+    adv = torch.ones(4)
+    algo = PPO(PPOConfig(lr=1e-2, epochs=3, minibatches=1, target_kl=None, norm_adv=False), p)
+    p.train()
+    algo.update(RolloutBatch(t_obs, out.extras, out.log_prob, out.value, adv, out.value + adv))
+    p.eval()
+    with torch.no_grad():
+        tuned = p.evaluate(t_obs, out.extras)[0]
+        assert torch.all(tuned > out.log_prob)
+        saved = p.save_pretrained(tmp_path / "merged")
+        plain = OpenVLAPolicy(OpenVLAConfig(checkpoint=str(saved)), {"rgb": ArraySpec((1, 40, 40, 3), "uint8")}, SPEC).eval()
+        torch.testing.assert_close(plain.evaluate(t_obs, out.extras)[0], tuned, atol=1e-4, rtol=0)
+        torch.testing.assert_close(p.evaluate(t_obs, out.extras)[0], tuned, atol=1e-6, rtol=0)  # unmerged again

@@ -167,9 +167,12 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
            "append_token_id": policy.append_token_id}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    lora = _lora_layers(model)
+    for layer in lora:  # write LoRA-tuned weights as plain weights (W + BA); undone below
+        layer.merge()
     try:
         tied = model.arch.llm.tie_embeddings  # the output head shares the input embedding: store it once
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+        state = {_base_name(k): v.detach().contiguous().cpu() for k, v in model.state_dict().items()
                  if "lora_" not in k and not (tied and k == "language_model.lm_head.weight")}
         save_file(state, str(tmp / "model.safetensors"))
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
@@ -182,9 +185,24 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
             shutil.rmtree(path)
         os.replace(tmp, path)
     finally:
+        for layer in lora:
+            layer.unmerge()
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _base_name(key: str) -> str:
+    """A LoRA-wrapped linear keeps its weight under ``<name>.base_layer.``; plain models have ``<name>.``."""
+    return key.replace(".base_layer.", ".")
+
+
+def _lora_layers(model: torch.nn.Module) -> list[Any]:
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:
+        return []
+    return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
 
 
 # --- the official OpenVLA layout ------------------------------------------------------------------------
