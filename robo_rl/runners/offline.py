@@ -111,11 +111,14 @@ class OfflineTrainer:
             from robo_rl.runners.train import load_policy_weights
 
             load_policy_weights(policy, rc.init_from)
-        elif hasattr(policy, "set_norm_stats"):
-            from vla.openvla.tokenizer import NormStats
+        else:
+            if hasattr(policy, "update_normalizer"):  # input statistics of the demonstrations
+                policy.update_normalizer({k: torch.from_numpy(v) for k, v in train.obs.items() if k == "state"})
+            if hasattr(policy, "set_norm_stats"):
+                from vla.openvla.tokenizer import NormStats
 
-            mask = None if ac.norm_mask == "all_but_last" else (True,) * train.actions.shape[1]
-            policy.set_norm_stats(NormStats.from_actions(train.actions, mask))
+                mask = None if ac.norm_mask == "all_but_last" else (True,) * train.actions.shape[1]
+                policy.set_norm_stats(NormStats.from_actions(train.actions, mask))
         algo = build_algorithm(ac, policy)
         n = train.actions.shape[0]
         total = max(1, int(ac.epochs * n / ac.batch_size))

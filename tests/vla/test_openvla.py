@@ -177,3 +177,20 @@ def test_lora_trains_adapters_only_and_saves_merged(tmp_path):
         plain = OpenVLAPolicy(OpenVLAConfig(checkpoint=str(saved)), {"rgb": ArraySpec((1, 40, 40, 3), "uint8")}, SPEC).eval()
         torch.testing.assert_close(plain.evaluate(t_obs, out.extras)[0], tuned, atol=1e-4, rtol=0)
         torch.testing.assert_close(p.evaluate(t_obs, out.extras)[0], tuned, atol=1e-6, rtol=0)  # unmerged again
+
+
+def test_state_token_policy_decodes_and_recomputes_identically():
+    torch.manual_seed(0)
+    spec = {"rgb": ArraySpec((1, 40, 40, 3), "uint8"), "state": ArraySpec((9,), "float32")}
+    p = OpenVLAPolicy(OpenVLAConfig(state_token=True), spec, SPEC).eval()
+    obs = {**_obs(3), "state": np.random.default_rng(0).normal(size=(3, 9)).astype(np.float32)}
+    p.update_normalizer({"state": torch.from_numpy(obs["state"])})
+    with torch.no_grad():
+        out = p.act(obs)
+        lp, _, v = p.evaluate(obs, out.extras)
+        other = p.evaluate({**obs, "state": obs["state"] + 1.0}, out.extras)[0]
+    torch.testing.assert_close(lp, out.log_prob, atol=1e-5, rtol=0)
+    torch.testing.assert_close(v, out.value, atol=1e-5, rtol=0)
+    assert not torch.allclose(other, lp)  # the state reaches the action distribution
+    with pytest.raises(ConfigError, match="needs a 'state' observation"):
+        OpenVLAPolicy(OpenVLAConfig(state_token=True), {"rgb": spec["rgb"]}, SPEC)

@@ -32,12 +32,12 @@ def _dist_terms(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor,
 
 def batch_decode(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                  temperature: float = 1.0, greedy: bool = False,
-                 generator: torch.Generator | None = None) -> DecodeOutput:
+                 generator: torch.Generator | None = None, extra: torch.Tensor | None = None) -> DecodeOutput:
     """Decode ``action_dim`` tokens for all B rows in one batched pass per token (prefix once, then
-    one cached step per token). pixels (B, C, H, W); prompt_ids/mask (B, L)."""
+    one cached step per token). pixels (B, C, H, W); prompt_ids/mask (B, L); extra (B, K, D) or None."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature}); use greedy=True for argmax decoding")
-    embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask)
+    embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask, extra)
     hidden, cache = model.backbone(embeds, mask, pos, use_cache=True)
     last = hidden[:, -1]
     prefix_hidden = last
@@ -62,9 +62,9 @@ def batch_decode(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Te
 
 
 def teacher_forced(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                   index: torch.Tensor, temperature: float = 1.0) -> DecodeOutput:
+                   index: torch.Tensor, temperature: float = 1.0, extra: torch.Tensor | None = None) -> DecodeOutput:
     """Log-probs and entropies (B, A) of stored action indices (B, A) in one forward pass."""
-    embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask)
+    embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask, extra)
     a = index.shape[1]
     act_emb = model.embed_action_index(index[:, :-1])
     embeds = torch.cat([embeds, act_emb.to(embeds.dtype)], dim=1)

@@ -123,12 +123,13 @@ class OpenVLAModel(nn.Module):
         self.action_tokenizer = ActionTokenizer(arch.llm.base_vocab, arch.n_action_bins)
 
     # -- pieces ----------------------------------------------------------------------------------
-    def embed_prefix(self, pixels: torch.Tensor, prompt_ids: torch.Tensor,
-                     prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """pixels (B, C, H, W) normalized; prompt_ids/mask (B, L) left-padded, without BOS.
+    def embed_prefix(self, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                     extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """pixels (B, C, H, W) normalized; prompt_ids/mask (B, L) left-padded, without BOS; ``extra``
+        (B, K, D) optional embeddings placed after the patches (e.g. a proprioceptive-state token).
 
-        Returns embeds (B, 1+P+L', D), mask (B, 1+P+L') long, position_ids (B, 1+P+L'), where L' <= L
-        drops the columns that are padding in every row."""
+        Returns embeds (B, 1+P+K+L', D), mask, position_ids (same length), where L' <= L drops the
+        columns that are padding in every row."""
         emb = self.language_model.get_input_embeddings()
         b = pixels.shape[0]
         keep = prompt_mask.bool().any(0)
@@ -136,6 +137,8 @@ class OpenVLAModel(nn.Module):
             prompt_ids, prompt_mask = prompt_ids[:, keep], prompt_mask[:, keep]
         patches = self.projector(self.vision_backbone(pixels))
         patches = patches.to(emb.weight.dtype)
+        if extra is not None:
+            patches = torch.cat([patches, extra.to(emb.weight.dtype)], dim=1)
         bos = emb(torch.full((b, 1), self.arch.llm.bos_id, dtype=torch.long, device=pixels.device))
         text = emb(prompt_ids)
         embeds = torch.cat([bos, patches, text], dim=1)

@@ -24,6 +24,7 @@ from torch import nn
 
 from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
+from robo_rl.rollout.normalize import RunningMeanStd
 from vla.openvla.decode import batch_decode, teacher_forced
 from vla.openvla.model import ARCH_PRESETS, OpenVLAModel, VLAArch
 from vla.openvla.text import ByteTokenizer, TextTokenizer
@@ -68,6 +69,10 @@ class OpenVLAConfig:
     """Keep the vision backbone fixed."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Weights dtype of the VLA (value head stays float32)."""
+    state_token: bool = False
+    """Add one prefix token projected from ``obs['state']`` (running-normalized), after the image
+    patches, as OpenVLA-OFT's proprio projector does. Needed where the image does not show the goal
+    (ManiSkill PickCube's goal is only in the state)."""
 
     def __post_init__(self) -> None:
         if self.checkpoint is None and self.arch not in ARCH_PRESETS:
@@ -125,6 +130,14 @@ class OpenVLAPolicy(nn.Module):
         self.value_head = nn.Sequential(nn.Linear(hidden, cfg.value_hidden), nn.GELU(), nn.Linear(cfg.value_hidden, 1))
         nn.init.zeros_(self.value_head[2].weight)
         nn.init.zeros_(self.value_head[2].bias)
+        self.state_proj: nn.Module | None = None
+        self.state_norm: RunningMeanStd | None = None
+        if cfg.state_token:
+            if obs_spec is None or "state" not in obs_spec:
+                raise ConfigError("policy.state_token needs a 'state' observation from the env")
+            d = int(obs_spec["state"].shape[-1])
+            self.state_norm = RunningMeanStd((d,))
+            self.state_proj = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, hidden))
         if cfg.dtype == "bfloat16":
             self.model.to(torch.bfloat16)
         if cfg.lora_rank > 0:
@@ -222,11 +235,24 @@ class OpenVLAPolicy(nn.Module):
         ids = self.model.action_tokenizer.encode(self.norm_stats.normalize(a))
         return self.model.action_tokenizer.ids_to_index(torch.from_numpy(ids)).to(self.q01.device)
 
+    def _extra(self, obs: dict[str, Any]) -> torch.Tensor | None:
+        """(B, 1, D) state token, or None."""
+        if self.state_proj is None or self.state_norm is None:
+            return None
+        x = self.state_norm(torch.as_tensor(obs["state"], dtype=torch.float32).to(self.q01.device))
+        return self.state_proj(x)[:, None]
+
+    def update_normalizer(self, obs: dict[str, Any]) -> None:
+        """Update the running state statistics (the trainer calls this with rollout observations)."""
+        if self.state_norm is not None:
+            self.state_norm.update(torch.as_tensor(obs["state"], dtype=torch.float32))
+
     # -- Policy contract ---------------------------------------------------------------------------
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         pixels = self.pixels(obs["rgb"])
         ids, mask = self.prompts(obs, pixels.shape[0])
-        out = batch_decode(self.model, pixels, ids, mask, self.cfg.temperature, greedy=deterministic)
+        out = batch_decode(self.model, pixels, ids, mask, self.cfg.temperature, greedy=deterministic,
+                           extra=self._extra(obs))
         value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
         return PolicyOutput(actions=self._unnormalize(out.index), log_prob=out.log_prob.sum(-1), value=value,
                             extras={"action_index": out.index, "prompt_ids": ids, "prompt_mask": mask})
@@ -234,7 +260,7 @@ class OpenVLAPolicy(nn.Module):
     def evaluate(self, obs: dict[str, Any], extras: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         pixels = self.pixels(obs["rgb"])
         out = teacher_forced(self.model, pixels, extras["prompt_ids"], extras["prompt_mask"], extras["action_index"],
-                             self.cfg.temperature)
+                             self.cfg.temperature, extra=self._extra(obs))
         value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
         return out.log_prob.sum(-1), out.entropy.sum(-1), value
 
@@ -247,7 +273,7 @@ class OpenVLAPolicy(nn.Module):
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         pixels = self.pixels(obs["rgb"])
         ids, mask = self.prompts(obs, pixels.shape[0])
-        embeds, m, pos = self.model.embed_prefix(pixels, ids, mask)
+        embeds, m, pos = self.model.embed_prefix(pixels, ids, mask, self._extra(obs))
         hidden, _ = self.model.backbone(embeds, m, pos)
         return self.value_head(hidden[:, -1].float()).squeeze(-1)
 
