@@ -1,1 +1,1 @@
-"""real_robot."""
+"""ROS 2 bridge: messages (CDR through rosbags), transports, safety filter, policy node."""

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${ROBO_RL_VENV:-.venv}
-EXTRAS=${ROBO_RL_EXTRAS:-maniskill,libero,vla,dev}
+EXTRAS=${ROBO_RL_EXTRAS:-maniskill,libero,vla,ros2,dev}
 PY=${PYTHON:-python3}
 log() { printf '[setup] %s\n' "$*"; }
 # pip, minus the noise of index paths this machine's pip config names but lacks (exit status kept)
