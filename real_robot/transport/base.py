@@ -1,0 +1,80 @@
+"""The transport contract: publish/subscribe ROS 2 messages by topic and type. Every transport
+moves CDR bytes (serialized by ``real_robot.messages``), so the bytes on the wire are the same
+whichever transport carries them."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from robo_rl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class QoS:
+    """The two ROS 2 profiles we use: ``default`` (reliable, volatile, keep last 10) and
+    ``sensor_data`` (best effort, volatile, keep last 5)."""
+
+    reliability: Literal["reliable", "best_effort"] = "reliable"
+    depth: int = 10
+
+    @classmethod
+    def default(cls) -> QoS:
+        return cls("reliable", 10)
+
+    @classmethod
+    def sensor_data(cls) -> QoS:
+        return cls("best_effort", 5)
+
+
+DEFAULT_QOS = QoS.default()
+
+# callback(raw CDR bytes, receive time in seconds)
+RawCallback = Callable[[bytes, float], None]
+
+
+class Subscription(Protocol):
+    def close(self) -> None: ...
+
+
+class Publisher(Protocol):
+    def publish(self, cdr: bytes) -> None: ...
+
+
+class Transport(Protocol):
+    name: str
+
+    def publisher(self, topic: str, msgtype: str, qos: QoS = DEFAULT_QOS) -> Publisher: ...
+
+    def subscribe(self, topic: str, msgtype: str, callback: RawCallback, qos: QoS = DEFAULT_QOS) -> Subscription: ...
+
+    def close(self) -> None: ...
+
+
+KINDS = ("auto", "rclpy", "cyclonedds", "inprocess")
+
+
+def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transport:
+    """``auto``: rclpy if importable, else cyclonedds. One-line error for unknown or missing kinds."""
+    if kind not in KINDS:
+        raise ConfigError(f"transport {kind!r} is unknown; choose one of {', '.join(KINDS)}")
+    if kind == "auto":
+        kind = "rclpy" if importlib.util.find_spec("rclpy") is not None else "cyclonedds"
+    if kind == "inprocess":
+        from real_robot.transport.inprocess import InProcessTransport
+
+        return InProcessTransport()
+    if kind == "cyclonedds":
+        if importlib.util.find_spec("cyclonedds") is None:
+            raise ConfigError("transport 'cyclonedds' needs the cyclonedds package: pip install 'robo-rl[ros2]'")
+        from real_robot.transport.dds import CycloneTransport
+
+        return CycloneTransport(domain_id)
+    raise ConfigError("transport 'rclpy' needs a ROS 2 installation (source /opt/ros/<distro>/setup.bash); "
+                      "without one use transport: cyclonedds")
+
+
+def noop(*_: Any) -> None:
+    """A callback that ignores its arguments."""
