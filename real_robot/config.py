@@ -1,0 +1,71 @@
+"""Robot configs (``configs/robots/*.yaml``): topics, message types, rates and safety limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from real_robot.safety import SafetyConfig
+from robo_rl.errors import ConfigError
+
+COMMAND_TYPES = ("std_msgs/msg/Float64MultiArray", "trajectory_msgs/msg/JointTrajectory")
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """One camera stream."""
+
+    topic: str = "/camera/color/image_raw"
+    """sensor_msgs/Image topic."""
+    height: int = 224
+    """Expected image height (pixels); other sizes are rejected."""
+    width: int = 224
+    """Expected image width (pixels)."""
+
+
+@dataclass(frozen=True)
+class RobotConfig:
+    """Everything the policy node needs to know about one robot."""
+
+    name: str
+    """Robot name (for logs and recordings)."""
+    joint_names: tuple[str, ...]
+    """Joints in the order the policy's state and actions use."""
+    safety: SafetyConfig
+    """Limits applied to every command."""
+    transport: Literal["auto", "rclpy", "cyclonedds", "inprocess"] = "auto"
+    """Middleware: rclpy with ROS 2 installed, else pure-pip cyclonedds."""
+    joint_states_topic: str = "/joint_states"
+    """sensor_msgs/JointState topic."""
+    cameras: tuple[CameraConfig, ...] = field(default_factory=lambda: (CameraConfig(),))
+    """Camera streams, in the order of the policy's rgb views."""
+    instruction_topic: str = "/task_instruction"
+    """std_msgs/String topic with the language instruction."""
+    estop_topic: str = "/estop"
+    """std_msgs/Bool topic; True latches the emergency stop."""
+    command_topic: str = "/forward_position_controller/commands"
+    """Where joint commands go."""
+    command_type: str = "std_msgs/msg/Float64MultiArray"
+    """Float64MultiArray (ros2_control forward command controller) or JointTrajectory."""
+    action_mode: Literal["absolute_joint", "delta_joint"] = "absolute_joint"
+    """How a policy action maps to a joint target: as is, or added to the measured position."""
+    control_rate_hz: float = 30.0
+    """Command rate (Hz)."""
+    default_instruction: str = "complete the task"
+    """Instruction until one arrives on the instruction topic."""
+
+    def __post_init__(self) -> None:
+        if self.command_type not in COMMAND_TYPES:
+            raise ConfigError(f"robot config 'command_type' = {self.command_type!r}; allowed: {', '.join(COMMAND_TYPES)}")
+        if len(self.safety.position_lower) != len(self.joint_names):
+            raise ConfigError(f"robot config has {len(self.joint_names)} joint_names but safety limits for "
+                              f"{len(self.safety.position_lower)} joints")
+        if self.control_rate_hz <= 0:
+            raise ConfigError("robot config 'control_rate_hz' must be > 0")
+
+
+def load_robot(path: str) -> RobotConfig:
+    """Strictly parse a robot YAML (unknown keys are one-line errors naming them)."""
+    from robo_rl.config import load
+
+    return load(RobotConfig, path, [])

@@ -1,0 +1,195 @@
+"""The policy node: ROS 2 topics in, the sim-trained ``Policy`` in the middle, safe joint commands out.
+
+Subscriptions (decoded and validated; a bad message is counted in ``rejected`` and dropped, never
+turned into a command): cameras (sensor_msgs/Image), joint states (sensor_msgs/JointState),
+instruction (std_msgs/String), e-stop (std_msgs/Bool). Inference runs in its own thread on the
+newest complete observation and queues actions (an action chunk (T, A) queues T steps); the control
+loop ticks at ``control_rate_hz``, pops one action (or holds), maps it to a joint target, runs the
+safety filter and publishes, so the command stream never waits for the model.
+
+Observation built for the policy: ``rgb`` (1, V, H, W, 3) uint8 in camera order, ``state`` (1, 2J)
+float32 = joint positions then velocities (zeros where the robot sends none), ``instruction`` [str].
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from real_robot import messages as m
+from real_robot.config import RobotConfig
+from real_robot.safety import Decision, SafetyFilter
+from real_robot.transport.base import QoS, Transport
+
+log = logging.getLogger(__name__)
+
+
+class PolicyNode:
+    def __init__(self, robot: RobotConfig, policy: Any, transport: Transport,
+                 clock: Callable[[], float] = time.monotonic, max_queue: int = 50) -> None:
+        self.robot = robot
+        self.policy = policy
+        self.transport = transport
+        self.clock = clock
+        self.safety = SafetyFilter(robot.safety)
+        self.rejected: Counter[str] = Counter()
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._images: list[tuple[np.ndarray, float] | None] = [None] * len(robot.cameras)
+        self._joints: tuple[np.ndarray, np.ndarray, float] | None = None
+        self._instruction = robot.default_instruction
+        self._queue: deque[np.ndarray] = deque(maxlen=max_queue)
+        self._obs_seq = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._subs = [transport.subscribe(robot.joint_states_topic, "sensor_msgs/msg/JointState", self._on_joints),
+                      transport.subscribe(robot.instruction_topic, "std_msgs/msg/String", self._on_instruction),
+                      transport.subscribe(robot.estop_topic, "std_msgs/msg/Bool", self._on_estop)]
+        for i, cam in enumerate(robot.cameras):
+            self._subs.append(transport.subscribe(cam.topic, "sensor_msgs/msg/Image",
+                                                  lambda raw, t, i=i: self._on_image(i, raw, t), QoS.sensor_data()))
+        self._pub = transport.publisher(robot.command_topic, robot.command_type)
+
+    # -- subscriptions ------------------------------------------------------------------------------
+    def _reject(self, kind: str, err: Exception) -> None:
+        self.rejected[kind] += 1
+        log.warning("rejected %s message: %s", kind, err)
+
+    def _on_image(self, i: int, raw: bytes, _t: float) -> None:
+        cam = self.robot.cameras[i]
+        try:
+            rgb = m.image_to_rgb(m.deserialize(raw, "sensor_msgs/msg/Image"), (cam.height, cam.width))
+        except m.MessageError as err:
+            return self._reject("image", err)
+        with self._lock:
+            self._images[i] = (rgb, self.clock())
+            self._obs_seq += 1
+
+    def _on_joints(self, raw: bytes, _t: float) -> None:
+        try:
+            q, qd = m.joints_in_order(m.deserialize(raw, "sensor_msgs/msg/JointState"), list(self.robot.joint_names))
+        except m.MessageError as err:
+            return self._reject("joint_states", err)
+        with self._lock:
+            self._joints = (q, qd if qd is not None else np.zeros_like(q), self.clock())
+            self._obs_seq += 1
+
+    def _on_instruction(self, raw: bytes, _t: float) -> None:
+        try:
+            self._instruction = str(m.deserialize(raw, "std_msgs/msg/String").data)
+        except m.MessageError as err:
+            self._reject("instruction", err)
+
+    def _on_estop(self, raw: bytes, _t: float) -> None:
+        try:
+            engaged = bool(m.deserialize(raw, "std_msgs/msg/Bool").data)
+        except m.MessageError as err:
+            # an unreadable e-stop message is treated as a stop request
+            self._reject("estop", err)
+            engaged = True
+        self.safety.estop(engaged)
+        if engaged:
+            self._queue.clear()
+
+    # -- observation and inference ------------------------------------------------------------------
+    def observation(self) -> tuple[dict[str, Any], float] | None:
+        """(Observation with B = 1, age in seconds of its oldest part), or None before data arrives."""
+        with self._lock:
+            if self._joints is None or any(img is None for img in self._images):
+                return None
+            q, qd, tj = self._joints
+            imgs = [img for img in self._images if img is not None]
+            oldest = min([tj] + [t for _, t in imgs])
+            obs = {"rgb": np.stack([rgb for rgb, _ in imgs])[None], "state": np.concatenate([q, qd])[None].astype(np.float32),
+                   "instruction": [self._instruction]}
+        return obs, self.clock() - oldest
+
+    def infer_once(self) -> bool:
+        """Run the policy on the newest observation and queue its action(s). False if no data or it failed."""
+        got = self.observation()
+        if got is None:
+            return False
+        obs, _ = got
+        try:
+            with torch.no_grad():
+                out = self.policy.act({k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v for k, v in obs.items()},
+                                      deterministic=True)
+            actions = np.asarray(torch.as_tensor(out.actions).detach().cpu(), dtype=np.float64)[0]
+        except Exception as err:  # the robot must get a safe stop, whatever the model does
+            self.rejected["policy_error"] += 1
+            log.error("policy raised %s: %s", type(err).__name__, err)
+            self._queue.clear()
+            self._queue.append(np.full(len(self.robot.joint_names), np.nan))
+            return False
+        for a in np.atleast_2d(actions):
+            self._queue.append(a)
+        return True
+
+    # -- control ------------------------------------------------------------------------------------
+    def control_tick(self) -> Decision | None:
+        """One control period: next queued action -> joint target -> safety -> publish."""
+        got = self.observation()
+        if got is None or self._joints is None:
+            return None
+        _, age = got
+        q = self._joints[0]
+        action = self._queue.popleft() if self._queue else None
+        target: np.ndarray | None
+        if action is None:
+            target = self.safety.last if self.safety.last is not None else q
+        elif self.robot.action_mode == "delta_joint":
+            target = q + action
+        else:
+            target = action
+        decision = self.safety(target, q, age)
+        self._publish(decision.command)
+        return decision
+
+    def _publish(self, command: np.ndarray) -> None:
+        now = time.time()
+        if self.robot.command_type == "std_msgs/msg/Float64MultiArray":
+            msg = m.float64_array(command)
+        else:
+            msg = m.joint_trajectory(list(self.robot.joint_names), command[None], 1.0 / self.robot.control_rate_hz, now)
+        self._pub.publish(m.serialize(msg, self.robot.command_type))
+        self.sent += 1
+
+    def start(self) -> None:
+        """Inference and control threads (control at ``control_rate_hz``)."""
+        def infer_loop() -> None:
+            seen = -1
+            while not self._stop.is_set():
+                if self._obs_seq != seen and len(self._queue) < 2 and self.infer_once():
+                    seen = self._obs_seq
+                else:
+                    time.sleep(0.001)
+
+        def control_loop() -> None:
+            period = 1.0 / self.robot.control_rate_hz
+            nxt = time.monotonic()
+            while not self._stop.is_set():
+                self.control_tick()
+                nxt += period
+                time.sleep(max(0.0, nxt - time.monotonic()))
+
+        self._threads = [threading.Thread(target=infer_loop, daemon=True, name="infer"),
+                         threading.Thread(target=control_loop, daemon=True, name="control")]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        """Stop the loops and send one hold command (the last safe target)."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2.0)
+        if self.safety.last is not None:
+            self._publish(self.safety.last)
+        for s in self._subs:
+            s.close()

@@ -1,0 +1,122 @@
+"""Policy node logic over the in-process transport (CDR bytes both ways), with a stub policy: the
+commands it publishes respect the limits, hold on stale data, e-stop and policy failure, and bad
+messages are counted and dropped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from real_robot import messages as m
+from real_robot.config import load_robot
+from real_robot.node import PolicyNode
+from real_robot.transport import make_transport
+from robo_rl.contracts import PolicyOutput
+
+ROBOT = load_robot("configs/robots/panda_sim.yaml")
+J = len(ROBOT.joint_names)
+
+
+class StubPolicy:
+    def __init__(self, action):
+        self.action = action
+        self.seen = []
+
+    def act(self, obs, deterministic=False):
+        self.seen.append(obs)
+        if isinstance(self.action, Exception):
+            raise self.action
+        return PolicyOutput(actions=torch.as_tensor(self.action, dtype=torch.float32)[None])
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def _setup(action):
+    tr = make_transport("inprocess")
+    clock = Clock()
+    policy = StubPolicy(action)
+    node = PolicyNode(ROBOT, policy, tr, clock=clock)
+    sent = []
+    tr.subscribe(ROBOT.command_topic, ROBOT.command_type,
+                 lambda raw, t: sent.append(np.asarray(m.deserialize(raw, ROBOT.command_type).data)))
+    js = tr.publisher(ROBOT.joint_states_topic, "sensor_msgs/msg/JointState")
+    cam = tr.publisher(ROBOT.cameras[0].topic, "sensor_msgs/msg/Image")
+
+    def feed(q=None):
+        q = np.zeros(J) if q is None else q
+        js.publish(m.serialize(m.joint_state(list(ROBOT.joint_names), q, np.zeros(J), 0.0), "sensor_msgs/msg/JointState"))
+        cam.publish(m.serialize(m.image(np.zeros((128, 128, 3), np.uint8), 0.0), "sensor_msgs/msg/Image"))
+
+    return tr, clock, policy, node, sent, feed
+
+
+def test_observation_contract_and_clamped_commands():
+    tr, clock, policy, node, sent, feed = _setup(np.full(J, 5.0))
+    assert node.control_tick() is None and not sent  # nothing before data arrives
+    lo, hi = np.array(ROBOT.safety.position_lower), np.array(ROBOT.safety.position_upper)
+    q0 = (lo + hi) / 2
+    feed(q0)
+    assert node.infer_once()
+    obs = policy.seen[-1]
+    assert obs["rgb"].shape == (1, 1, 128, 128, 3) and obs["state"].shape == (1, 2 * J)
+    assert obs["instruction"] == [ROBOT.default_instruction]
+    d = node.control_tick()
+    assert d is not None and not d.held and set(d.interventions) == {"position_limit", "rate_limit"}
+    step = np.minimum(ROBOT.safety.max_delta, np.array(ROBOT.safety.max_velocity) / ROBOT.safety.control_rate_hz)
+    np.testing.assert_allclose(sent[-1], q0 + np.clip(hi - q0, -step, step))
+    tr.publisher(ROBOT.instruction_topic, "std_msgs/msg/String").publish(m.serialize(m.string("open the drawer"), "std_msgs/msg/String"))
+    node.infer_once()
+    assert policy.seen[-1]["instruction"] == ["open the drawer"]
+
+
+def test_stale_data_estop_and_policy_failures_hold():
+    tr, clock, policy, node, sent, feed = _setup(np.full(J, 0.01))
+    feed()
+    node.infer_once()
+    first = node.control_tick()
+    assert not first.held
+    clock.t += 0.5  # no new observations for 500 ms > stale_ms
+    node.infer_once()
+    d = node.control_tick()
+    assert d.held and d.interventions == ("stale_observation",) and np.array_equal(sent[-1], first.command)
+    feed()
+    tr.publisher(ROBOT.estop_topic, "std_msgs/msg/Bool").publish(m.serialize(m.boolean(True), "std_msgs/msg/Bool"))
+    node.infer_once()
+    assert node.control_tick().interventions == ("estop",)  # the very next control period
+    tr.publisher(ROBOT.estop_topic, "std_msgs/msg/Bool").publish(m.serialize(m.boolean(False), "std_msgs/msg/Bool"))
+    policy.action = np.full(J, np.nan)
+    node.infer_once()
+    assert node.control_tick().interventions == ("non_finite_or_bad_shape",)
+    policy.action = RuntimeError("CUDA out of memory")
+    assert not node.infer_once()
+    assert node.control_tick().held and node.rejected["policy_error"] == 1
+    assert all(np.all(np.isfinite(c)) for c in sent)
+
+
+def test_bad_messages_are_counted_and_dropped():
+    tr, clock, policy, node, sent, feed = _setup(np.zeros(J))
+    js = tr.publisher(ROBOT.joint_states_topic, "sensor_msgs/msg/JointState")
+    js.publish(b"\x00\x01\x00\x00garbage")
+    js.publish(m.serialize(m.joint_state(["other_joint"], np.zeros(1), None, 0.0), "sensor_msgs/msg/JointState"))
+    cam = tr.publisher(ROBOT.cameras[0].topic, "sensor_msgs/msg/Image")
+    cam.publish(m.serialize(m.image(np.zeros((64, 64, 3), np.uint8), 0.0), "sensor_msgs/msg/Image"))
+    assert node.rejected["joint_states"] == 2 and node.rejected["image"] == 1
+    assert node.observation() is None and node.control_tick() is None and not sent
+    feed()
+    assert node.observation() is not None
+
+
+def test_unknown_robot_config_key_is_one_line(tmp_path):
+    from robo_rl.errors import ConfigError
+
+    bad = tmp_path / "r.yaml"
+    bad.write_text(open("configs/robots/panda_sim.yaml").read() + "\nmax_speed: 3\n")
+    with pytest.raises(ConfigError, match="max_speed"):
+        load_robot(str(bad))
