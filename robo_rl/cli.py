@@ -173,6 +173,13 @@ def cmd_demos(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from real_robot.deploy import run
+
+    print(json.dumps(run(args.checkpoint, args.robot, args.transport, args.seconds), indent=2))
+    return 0
+
+
 def cmd_vla(args: argparse.Namespace) -> int:
     from vla.openvla.mini import build_mini
 
@@ -221,6 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--image-size", type=int, default=128)
     g.add_argument("--only-success", action="store_true", help="drop failed expert attempts")
     g.set_defaults(fn=cmd_demos)
+
+    dp = sub.add_parser("deploy", help="serve a trained policy on a ROS 2 robot (safety-filtered)")
+    dp.add_argument("checkpoint", help="run directory or checkpoints/step_* directory")
+    dp.add_argument("--robot", required=True, help="robot config, e.g. configs/robots/panda_sim.yaml")
+    dp.add_argument("--transport", choices=["auto", "rclpy", "cyclonedds", "inprocess"], default=None,
+                    help="override the robot config's transport")
+    dp.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
+    dp.set_defaults(fn=cmd_deploy)
 
     v = sub.add_parser("vla", help="VLA model utilities")
     vsub = v.add_subparsers(dest="vla_command", required=True)

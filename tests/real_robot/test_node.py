@@ -120,3 +120,16 @@ def test_unknown_robot_config_key_is_one_line(tmp_path):
     bad.write_text(open("configs/robots/panda_sim.yaml").read() + "\nmax_speed: 3\n")
     with pytest.raises(ConfigError, match="max_speed"):
         load_robot(str(bad))
+
+
+def test_deploy_rejects_a_policy_that_does_not_fit_the_robot():
+    from real_robot.deploy import check_fit
+    from robo_rl.errors import ConfigError
+
+    check_fit(ROBOT, {"rgb": [1, 128, 128, 3], "state": [2 * J]}, [J])
+    with pytest.raises(ConfigError, match="outputs 7-D actions but robot 'panda_sim' has 8 joints"):
+        check_fit(ROBOT, {"state": [2 * J]}, [7])
+    with pytest.raises(ConfigError, match="trained on a 29-D state"):
+        check_fit(ROBOT, {"state": [29]}, [J])
+    with pytest.raises(ConfigError, match="is 128x128, the policy was trained on 224x224"):
+        check_fit(ROBOT, {"rgb": [1, 224, 224, 3]}, [J])
