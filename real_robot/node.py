@@ -33,8 +33,11 @@ log = logging.getLogger(__name__)
 
 class PolicyNode:
     def __init__(self, robot: RobotConfig, policy: Any, transport: Transport,
-                 clock: Callable[[], float] = time.monotonic, max_queue: int = 50) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_queue: int = 50, reactive: bool = False) -> None:
+        """``reactive``: infer and send a command as soon as a joint state arrives (latency benchmark;
+        a deployment uses ``start()``'s fixed-rate control loop)."""
         self.robot = robot
+        self.reactive = reactive
         self.policy = policy
         self.transport = transport
         self.clock = clock
@@ -80,6 +83,9 @@ class PolicyNode:
         with self._lock:
             self._joints = (q, qd if qd is not None else np.zeros_like(q), self.clock())
             self._obs_seq += 1
+        if self.reactive:
+            self.infer_once()
+            self.control_tick()
 
     def _on_instruction(self, raw: bytes, _t: float) -> None:
         try:

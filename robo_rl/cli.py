@@ -246,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--llm-layers", type=int, default=8, help="keep the first N of SmolLM2's 30 layers (8: CPU-sized; 30: all)")
     bm.set_defaults(fn=cmd_vla)
 
-    b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding)")
-    b.add_argument("name", help="ppo | env | decode")
+    b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), ros (ROS 2 node latency)")
+    b.add_argument("name", help="ppo | env | decode | ros")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
     b.set_defaults(fn=cmd_bench)
     return p
