@@ -33,11 +33,13 @@ log = logging.getLogger(__name__)
 
 class PolicyNode:
     def __init__(self, robot: RobotConfig, policy: Any, transport: Transport,
-                 clock: Callable[[], float] = time.monotonic, max_queue: int = 50, reactive: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_queue: int = 50, reactive: bool = False,
+                 recorder: Any = None) -> None:
         """``reactive``: infer and send a command as soon as a joint state arrives (latency benchmark;
         a deployment uses ``start()``'s fixed-rate control loop)."""
         self.robot = robot
         self.reactive = reactive
+        self.recorder = recorder  # a real_robot.recorder.BagRecorder, or None
         self.policy = policy
         self.transport = transport
         self.clock = clock
@@ -65,8 +67,13 @@ class PolicyNode:
         self.rejected[kind] += 1
         log.warning("rejected %s message: %s", kind, err)
 
+    def _record(self, topic: str, raw: bytes) -> None:
+        if self.recorder is not None:
+            self.recorder.write(topic, raw, time.time_ns())
+
     def _on_image(self, i: int, raw: bytes, _t: float) -> None:
         cam = self.robot.cameras[i]
+        self._record(cam.topic, raw)
         try:
             rgb = m.image_to_rgb(m.deserialize(raw, "sensor_msgs/msg/Image"), (cam.height, cam.width))
         except m.MessageError as err:
@@ -76,6 +83,7 @@ class PolicyNode:
             self._obs_seq += 1
 
     def _on_joints(self, raw: bytes, _t: float) -> None:
+        self._record(self.robot.joint_states_topic, raw)
         try:
             q, qd = m.joints_in_order(m.deserialize(raw, "sensor_msgs/msg/JointState"), list(self.robot.joint_names))
         except m.MessageError as err:
@@ -88,6 +96,7 @@ class PolicyNode:
             self.control_tick()
 
     def _on_instruction(self, raw: bytes, _t: float) -> None:
+        self._record(self.robot.instruction_topic, raw)
         try:
             self._instruction = str(m.deserialize(raw, "std_msgs/msg/String").data)
         except m.MessageError as err:
@@ -156,6 +165,8 @@ class PolicyNode:
             target = action
         decision = self.safety(target, q, age)
         self._publish(decision.command)
+        if self.recorder is not None and (decision.held or decision.interventions):
+            self.recorder.intervention(decision.held, decision.interventions, time.time_ns())
         return decision
 
     def _publish(self, command: np.ndarray) -> None:
@@ -164,7 +175,9 @@ class PolicyNode:
             msg = m.float64_array(command)
         else:
             msg = m.joint_trajectory(list(self.robot.joint_names), command[None], 1.0 / self.robot.control_rate_hz, now)
-        self._pub.publish(m.serialize(msg, self.robot.command_type))
+        cdr = m.serialize(msg, self.robot.command_type)
+        self._pub.publish(cdr)
+        self._record(self.robot.command_topic, cdr)
         self.sent += 1
 
     def start(self) -> None:

@@ -3,7 +3,8 @@
 Order of checks per control step (the first that fires decides; clamps compose):
 1. e-stop latched -> hold; 2. observation older than ``stale_ms`` -> hold; 3. command not finite
 (NaN/inf, or the policy raised) -> hold; 4. clamp to joint position limits; 5. limit the change from
-the last sent command to ``min(max_delta, max_velocity / rate)`` per joint; 6. if a forward-kinematics
+the last sent command to ``min(max_delta, max_velocity / rate)`` per joint (position limits still
+win when the robot is measured outside them); 6. if a forward-kinematics
 function is given, a target whose end effector leaves the workspace box -> hold.
 "Hold" re-sends the last safe command (or the measured position before any command was sent). Every
 intervention is counted by kind and logged.
@@ -109,6 +110,8 @@ class SafetyFilter:
         limited = ref + np.clip(clamped - ref, -self.step_limit, self.step_limit)
         if not np.allclose(limited, clamped):
             kinds.append("rate_limit")
+        # position limits are hard: a robot measured outside them is commanded back to the limit
+        limited = np.clip(limited, self.lo, self.hi)
         if self.fk is not None and self.cfg.workspace_low is not None and self.cfg.workspace_high is not None:
             ee = np.asarray(self.fk(limited), np.float64)
             if np.any(ee < self.cfg.workspace_low) or np.any(ee > self.cfg.workspace_high):

@@ -133,3 +133,30 @@ def test_deploy_rejects_a_policy_that_does_not_fit_the_robot():
         check_fit(ROBOT, {"state": [29]}, [J])
     with pytest.raises(ConfigError, match="is 128x128, the policy was trained on 224x224"):
         check_fit(ROBOT, {"rgb": [1, 224, 224, 3]}, [J])
+
+
+def test_episode_recorded_as_mcap_bag_replays_into_observations(tmp_path):
+    from real_robot.recorder import BagRecorder, replay
+
+    tr = make_transport("inprocess")
+    rec = BagRecorder(tmp_path / "episode", ROBOT)
+    node = PolicyNode(ROBOT, StubPolicy(np.full(J, 5.0)), tr, recorder=rec)
+    js = tr.publisher(ROBOT.joint_states_topic, "sensor_msgs/msg/JointState")
+    cam = tr.publisher(ROBOT.cameras[0].topic, "sensor_msgs/msg/Image")
+    rgbs = [np.full((128, 128, 3), k, np.uint8) for k in range(3)]
+    for k in range(3):
+        cam.publish(m.serialize(m.image(rgbs[k], float(k)), "sensor_msgs/msg/Image"))
+        js.publish(m.serialize(m.joint_state(list(ROBOT.joint_names), np.full(J, 0.01 * k), None, float(k)),
+                               "sensor_msgs/msg/JointState"))
+        node.infer_once()
+        node.control_tick()
+    rec.close()
+    assert list((tmp_path / "episode").glob("*.mcap"))
+    steps = list(replay(tmp_path / "episode", ROBOT))
+    assert len(steps) == 3
+    for k, st in enumerate(steps):
+        assert st["rgb"].shape == (1, 1, 128, 128, 3) and int(st["rgb"][0, 0, 0, 0, 0]) == k
+        np.testing.assert_allclose(st["state"][0, :J], 0.01 * k, atol=1e-6)
+        assert st["command"] is not None and np.all(st["command"] <= np.array(ROBOT.safety.position_upper) + 1e-9)
+    with pytest.raises(FileExistsError):
+        BagRecorder(tmp_path / "episode", ROBOT)

@@ -1,0 +1,87 @@
+"""Record a deployed episode as a ROS 2 bag (mcap storage, rosbags' writer) and replay it into the
+Observation contract.
+
+Topics recorded: every camera (sensor_msgs/Image), ``/joint_states``, the instruction
+(std_msgs/String), the commands actually sent, and ``/robo_rl/interventions`` (std_msgs/String with
+JSON ``{"held": bool, "kinds": [...]}`` per control step). The bag opens in ROS 2 tools as is.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from real_robot import messages as m
+from real_robot.config import RobotConfig
+
+INTERVENTIONS = "/robo_rl/interventions"
+
+
+class BagRecorder:
+    """Thread-safe writer of CDR messages into ``path`` (a new rosbag2 directory)."""
+
+    def __init__(self, path: str | Path, robot: RobotConfig) -> None:
+        from rosbags.rosbag2 import StoragePlugin, Writer
+
+        self.path = Path(path)
+        if self.path.exists():
+            raise FileExistsError(f"recording '{self.path}' already exists; choose a new path")
+        self.robot = robot
+        self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
+        self._writer.open()
+        self._lock = threading.Lock()
+        ts = m.typestore()
+        topics = [(cam.topic, "sensor_msgs/msg/Image") for cam in robot.cameras] + [
+            (robot.joint_states_topic, "sensor_msgs/msg/JointState"), (robot.instruction_topic, "std_msgs/msg/String"),
+            (robot.command_topic, robot.command_type), (INTERVENTIONS, "std_msgs/msg/String")]
+        self._conns = {t: self._writer.add_connection(t, typ, typestore=ts) for t, typ in topics}
+
+    def write(self, topic: str, cdr: bytes, t_ns: int) -> None:
+        with self._lock:
+            self._writer.write(self._conns[topic], int(t_ns), cdr)
+
+    def intervention(self, held: bool, kinds: tuple[str, ...], t_ns: int) -> None:
+        msg = m.string(json.dumps({"held": held, "kinds": list(kinds)}))
+        self.write(INTERVENTIONS, m.serialize(msg, "std_msgs/msg/String"), t_ns)
+
+    def close(self) -> None:
+        with self._lock:
+            self._writer.close()
+
+
+def replay(path: str | Path, robot: RobotConfig) -> Iterator[dict[str, Any]]:
+    """Yield one Observation (B = 1, as the node builds it) per recorded joint state that has every
+    camera before it, plus the command sent after it (``command``, or None)."""
+    from rosbags.rosbag2 import Reader
+
+    images: dict[str, np.ndarray] = {}
+    instruction = robot.default_instruction
+    pending: dict[str, Any] | None = None
+    cams = [c.topic for c in robot.cameras]
+    with Reader(path) as reader:
+        for conn, _t, raw in reader.messages():
+            topic = conn.topic
+            if topic in cams:
+                cam = robot.cameras[cams.index(topic)]
+                images[topic] = m.image_to_rgb(m.deserialize(raw, conn.msgtype), (cam.height, cam.width))
+            elif topic == robot.instruction_topic:
+                instruction = str(m.deserialize(raw, conn.msgtype).data)
+            elif topic == robot.joint_states_topic and len(images) == len(cams):
+                if pending is not None:
+                    yield pending
+                q, qd = m.joints_in_order(m.deserialize(raw, conn.msgtype), list(robot.joint_names))
+                qd = qd if qd is not None else np.zeros_like(q)
+                pending = {"rgb": np.stack([images[c] for c in cams])[None],
+                           "state": np.concatenate([q, qd])[None].astype(np.float32),
+                           "instruction": [instruction], "command": None}
+            elif topic == robot.command_topic and pending is not None and pending["command"] is None:
+                msg = m.deserialize(raw, conn.msgtype)
+                data = msg.data if hasattr(msg, "data") else msg.points[0].positions
+                pending["command"] = np.asarray(data, dtype=np.float64)
+    if pending is not None:
+        yield pending
