@@ -265,6 +265,20 @@ def official_arch(cfg: dict[str, Any], state: dict[str, torch.Tensor]) -> VLAArc
     return VLAArch(vision, llm, projector, int(cfg.get("n_action_bins", 256)), 7)
 
 
+def _map_attention(out: dict[str, torch.Tensor], block: str, rest: str, v: torch.Tensor, attn: str, proj: str) -> bool:
+    """timm's fused ``attn.qkv`` (split in q, k, v order) and ``attn.proj`` of one block; False if
+    ``rest`` is neither."""
+    suffix = rest.rsplit(".", 1)[1]
+    if rest.startswith("attn.qkv."):
+        for part, t in zip(("q_proj", "k_proj", "v_proj"), v.chunk(3, dim=0)):
+            out[f"{block}{attn}.{part}.{suffix}"] = t
+        return True
+    if rest.startswith("attn.proj."):
+        out[f"{block}{attn}.{proj}.{suffix}"] = v
+        return True
+    return False
+
+
 def _map_dinov2(src: dict[str, torch.Tensor], p: str, q: str) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for k, v in src.items():
@@ -284,11 +298,8 @@ def _map_dinov2(src: dict[str, torch.Tensor], p: str, q: str) -> dict[str, torch
         elif m := re.match(r"blocks\.(\d+)\.(.+)", name):
             i, rest = m.groups()
             b = f"{q}encoder.layer.{i}."
-            if rest.startswith("attn.qkv."):
-                for part, t in zip(("q_proj", "k_proj", "v_proj"), v.chunk(3, dim=0)):
-                    out[b + f"attention.{part}." + rest.rsplit(".", 1)[1]] = t
-            elif rest.startswith("attn.proj."):
-                out[b + "attention.o_proj." + rest.rsplit(".", 1)[1]] = v
+            if _map_attention(out, b, rest, v, "attention", "o_proj"):
+                pass
             elif rest in ("ls1.scale_factor", "ls2.scale_factor"):
                 out[b + f"layer_scale{rest[2]}.lambda1"] = v
             else:
@@ -327,11 +338,8 @@ def _map_siglip(src: dict[str, torch.Tensor], p: str, q: str) -> dict[str, torch
         elif m := re.match(r"blocks\.(\d+)\.(.+)", name):
             i, rest = m.groups()
             b = f"{q}encoder.layers.{i}."
-            if rest.startswith("attn.qkv."):
-                for part, t in zip(("q_proj", "k_proj", "v_proj"), v.chunk(3, dim=0)):
-                    out[b + f"self_attn.{part}." + rest.rsplit(".", 1)[1]] = t
-            elif rest.startswith("attn.proj."):
-                out[b + "self_attn.out_proj." + rest.rsplit(".", 1)[1]] = v
+            if _map_attention(out, b, rest, v, "self_attn", "out_proj"):
+                pass
             elif rest.startswith("norm1.") or rest.startswith("norm2."):
                 out[b + f"layer_norm{rest[4]}." + rest.split(".", 1)[1]] = v
             else:
