@@ -1,5 +1,5 @@
-"""Every shipped config parses strictly; the 7B GPU configs pass a dry run here (real env with one
-CPU env, the 7B-shaped policy on the meta device, PPO built on it)."""
+"""The 7B GPU configs pass a dry run here (real env with one CPU env, the 7B-shaped policy on the meta
+device, PPO built on it). (Every shipped config parsing strictly is tests/test_config.py's job.)"""
 
 from __future__ import annotations
 
@@ -11,19 +11,13 @@ from robo_rl.config import load
 from robo_rl.runners.config import TrainConfig
 from robo_rl.runners.dry_run import dry_run
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
-
-
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_config_parses(path):
-    cfg = load(TrainConfig, str(path), [])
-    assert cfg.env.name in ("maniskill", "libero")
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.mark.parametrize("name,sim", [("openvla_7b_ppo_maniskill.yaml", "maniskill"), ("openvla_7b_ppo_libero.yaml", "libero")])
 def test_7b_configs_dry_run(name, sim, request):
     request.getfixturevalue(f"need_{sim}")
-    out = dry_run(load(TrainConfig, str(CONFIGS[0].parent / name), []))
+    out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
     assert out["dry_run"] == "ok" and out["algo_built"]
     assert 7500 < out["params_millions"] < 7700  # OpenVLA-7B: Llama-2-7B + DINOv2-L + SigLIP-SO400M + projector
     assert out["trainable_millions"] < 300  # LoRA rank 32 + value head
