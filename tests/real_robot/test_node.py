@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from real_robot import messages as m
 from real_robot.config import load_robot
@@ -154,9 +156,28 @@ def test_episode_recorded_as_mcap_bag_replays_into_observations(tmp_path):
     assert list((tmp_path / "episode").glob("*.mcap"))
     steps = list(replay(tmp_path / "episode", ROBOT))
     assert len(steps) == 3
-    for k, st in enumerate(steps):
-        assert st["rgb"].shape == (1, 1, 128, 128, 3) and int(st["rgb"][0, 0, 0, 0, 0]) == k
-        np.testing.assert_allclose(st["state"][0, :J], 0.01 * k, atol=1e-6)
-        assert st["command"] is not None and np.all(st["command"] <= np.array(ROBOT.safety.position_upper) + 1e-9)
+    for k, step in enumerate(steps):
+        assert step["rgb"].shape == (1, 1, 128, 128, 3) and int(step["rgb"][0, 0, 0, 0, 0]) == k
+        np.testing.assert_allclose(step["state"][0, :J], 0.01 * k, atol=1e-6)
+        assert step["command"] is not None and np.all(step["command"] <= np.array(ROBOT.safety.position_upper) + 1e-9)
     with pytest.raises(FileExistsError):
         BagRecorder(tmp_path / "episode", ROBOT)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["joints", "image", "instruction", "estop"]), st.binary(max_size=300))
+def test_fuzzed_messages_never_become_commands_or_crash_the_node(topic, data):
+    tr = make_transport("inprocess")
+    node = PolicyNode(ROBOT, StubPolicy(np.zeros(J)), tr)
+    sent = []
+    tr.subscribe(ROBOT.command_topic, ROBOT.command_type, lambda raw, t: sent.append(raw))
+    name, kind = {"joints": (ROBOT.joint_states_topic, "sensor_msgs/msg/JointState"),
+                  "image": (ROBOT.cameras[0].topic, "sensor_msgs/msg/Image"),
+                  "instruction": (ROBOT.instruction_topic, "std_msgs/msg/String"),
+                  "estop": (ROBOT.estop_topic, "std_msgs/msg/Bool")}[topic]
+    tr.publisher(name, kind).publish(data)
+    node.infer_once()
+    node.control_tick()
+    assert not sent  # no complete, valid observation -> no command
+    if topic == "estop":  # an unreadable e-stop message latches the stop (or was a valid Bool)
+        assert node.safety.estopped or node.rejected["estop"] == 0
