@@ -72,8 +72,12 @@ def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transpor
         from real_robot.transport.dds import CycloneTransport
 
         return CycloneTransport(domain_id)
-    raise ConfigError("transport 'rclpy' needs a ROS 2 installation (source /opt/ros/<distro>/setup.bash); "
-                      "without one use transport: cyclonedds")
+    if importlib.util.find_spec("rclpy") is None:
+        raise ConfigError("transport 'rclpy' needs a ROS 2 installation (source /opt/ros/<distro>/setup.bash); "
+                          "without one use transport: cyclonedds")
+    from real_robot.transport.ros import RclpyTransport
+
+    return RclpyTransport()
 
 
 def noop(*_: Any) -> None:
