@@ -116,3 +116,20 @@ def test_watchdog_estop_policy_error_and_workspace_hold():
     assert f.counts["stale_observation"] == 1 and f.counts["estop"] == 1 and f.counts["workspace"] == 1
     with pytest.raises(ValueError, match="same length"):
         SafetyConfig(position_lower=(0.0,), position_upper=(1.0, 2.0), max_velocity=(1.0,))
+
+
+def test_transport_choice_and_errors():
+    import importlib.util
+
+    from real_robot.transport import make_transport
+    from robo_rl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'zenoh' is unknown; choose one of auto, rclpy, cyclonedds, inprocess"):
+        make_transport("zenoh")
+    assert make_transport("inprocess").name == "inprocess"
+    if importlib.util.find_spec("rclpy") is None:
+        with pytest.raises(ConfigError, match="needs a ROS 2 installation"):
+            make_transport("rclpy")
+        tr = make_transport("auto", domain_id=231)
+        assert tr.name == "cyclonedds"
+        tr.close()
