@@ -38,7 +38,7 @@ class RobotConfig:
     joint_states_topic: str = "/joint_states"
     """sensor_msgs/JointState topic."""
     cameras: tuple[CameraConfig, ...] = field(default_factory=lambda: (CameraConfig(),))
-    """Camera streams, in the order of the policy's rgb views."""
+    """Camera streams, in the order of the policy's rgb views (may be empty for state-only policies)."""
     instruction_topic: str = "/task_instruction"
     """std_msgs/String topic with the language instruction."""
     estop_topic: str = "/estop"
@@ -53,6 +53,11 @@ class RobotConfig:
     """Command rate (Hz)."""
     default_instruction: str = "complete the task"
     """Instruction until one arrives on the instruction topic."""
+    state_source: Literal["joints", "topic"] = "joints"
+    """Policy state: joint positions + velocities, or a vector from ``state_topic`` (e.g. a state
+    estimator, or the simulated robot's full task state)."""
+    state_topic: str = "/robo_rl/state"
+    """std_msgs/Float64MultiArray topic used when ``state_source`` is topic."""
 
     def __post_init__(self) -> None:
         if self.command_type not in COMMAND_TYPES:

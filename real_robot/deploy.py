@@ -23,7 +23,7 @@ def check_fit(robot: RobotConfig, obs_spec: dict[str, list[int]], action_shape: 
     if action_shape[-1] != j:
         raise ConfigError(f"the policy outputs {action_shape[-1]}-D actions but robot '{robot.name}' has {j} joints "
                           f"({', '.join(robot.joint_names)})")
-    if "state" in obs_spec and obs_spec["state"][-1] != 2 * j:
+    if "state" in obs_spec and robot.state_source == "joints" and obs_spec["state"][-1] != 2 * j:
         raise ConfigError(f"the policy was trained on a {obs_spec['state'][-1]}-D state, robot '{robot.name}' provides "
                           f"{2 * j} (positions and velocities of {j} joints)")
     if "rgb" in obs_spec:

@@ -7,8 +7,9 @@ newest complete observation and queues actions (an action chunk (T, A) queues T 
 loop ticks at ``control_rate_hz``, pops one action (or holds), maps it to a joint target, runs the
 safety filter and publishes, so the command stream never waits for the model.
 
-Observation built for the policy: ``rgb`` (1, V, H, W, 3) uint8 in camera order, ``state`` (1, 2J)
-float32 = joint positions then velocities (zeros where the robot sends none), ``instruction`` [str].
+Observation built for the policy: ``rgb`` (1, V, H, W, 3) uint8 in camera order (absent without
+cameras), ``state`` (1, 2J) float32 = joint positions then velocities (zeros where the robot sends
+none) or, with ``state_source: topic``, the vector from the state topic; ``instruction`` [str].
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class PolicyNode:
         self._lock = threading.Lock()
         self._images: list[tuple[np.ndarray, float] | None] = [None] * len(robot.cameras)
         self._joints: tuple[np.ndarray, np.ndarray, float] | None = None
+        self._state: tuple[np.ndarray, float] | None = None
         self._instruction = robot.default_instruction
         self._queue: deque[np.ndarray] = deque(maxlen=max_queue)
         self._obs_seq = 0
@@ -57,6 +59,8 @@ class PolicyNode:
         self._subs = [transport.subscribe(robot.joint_states_topic, "sensor_msgs/msg/JointState", self._on_joints),
                       transport.subscribe(robot.instruction_topic, "std_msgs/msg/String", self._on_instruction),
                       transport.subscribe(robot.estop_topic, "std_msgs/msg/Bool", self._on_estop)]
+        if robot.state_source == "topic":
+            self._subs.append(transport.subscribe(robot.state_topic, "std_msgs/msg/Float64MultiArray", self._on_state))
         for i, cam in enumerate(robot.cameras):
             self._subs.append(transport.subscribe(cam.topic, "sensor_msgs/msg/Image",
                                                   lambda raw, t, i=i: self._on_image(i, raw, t), QoS.sensor_data()))
@@ -95,6 +99,17 @@ class PolicyNode:
             self.infer_once()
             self.control_tick()
 
+    def _on_state(self, raw: bytes, _t: float) -> None:
+        self._record(self.robot.state_topic, raw)
+        try:
+            x = np.asarray(m.deserialize(raw, "std_msgs/msg/Float64MultiArray").data, dtype=np.float64)
+            if not np.all(np.isfinite(x)):
+                raise m.MessageError("state holds non-finite values")
+        except m.MessageError as err:
+            return self._reject("state", err)
+        with self._lock:
+            self._state = (x, self.clock())
+
     def _on_instruction(self, raw: bytes, _t: float) -> None:
         self._record(self.robot.instruction_topic, raw)
         try:
@@ -121,10 +136,18 @@ class PolicyNode:
                 return None
             q, qd, tj = self._joints
             imgs = [img for img in self._images if img is not None]
-            oldest = min([tj] + [t for _, t in imgs])
-            obs = {"rgb": np.stack([rgb for rgb, _ in imgs])[None], "state": np.concatenate([q, qd])[None].astype(np.float32),
-                   "instruction": [self._instruction]}
-        return obs, self.clock() - oldest
+            stamps = [tj] + [t for _, t in imgs]
+            if self.robot.state_source == "topic":
+                if self._state is None:
+                    return None
+                state, ts = self._state
+                stamps.append(ts)
+            else:
+                state = np.concatenate([q, qd])
+            obs: dict[str, Any] = {"state": state[None].astype(np.float32), "instruction": [self._instruction]}
+            if imgs:
+                obs["rgb"] = np.stack([rgb for rgb, _ in imgs])[None]
+        return obs, self.clock() - min(stamps)
 
     def infer_once(self) -> bool:
         """Run the policy on the newest observation and queue its action(s). False if no data or it failed."""

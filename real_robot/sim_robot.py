@@ -1,7 +1,8 @@
 """A simulated robot that speaks ROS 2: a ManiSkill env in its own process behind the robot
 config's topics, so the whole sim-to-real path (DDS, messages, node, safety) runs on our machines.
 
-Lockstep loop: publish the camera image(s) and ``/joint_states`` (the first J joints of the agent's
+Lockstep loop: publish the camera image (if configured), the task state (with ``state_source:
+topic``) and ``/joint_states`` (the first J joints of the agent's
 qpos/qvel, J = the robot config's joints), wait for the next command on the command topic, apply it
 as the env action (``pd_joint_pos`` targets), repeat. When an episode ends the result is published
 as JSON on ``/robo_rl/sim/episode`` (std_msgs/String) and the env resets with the next seed.
@@ -30,18 +31,21 @@ class SimRobot:
     def __init__(self, robot: RobotConfig, task: str, transport: Any, max_episode_steps: int | None = None) -> None:
         from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
 
-        cam = robot.cameras[0]
-        if len(robot.cameras) != 1 or cam.height != cam.width:
-            raise ValueError("the simulated robot serves exactly one square camera")
+        if len(robot.cameras) > 1 or any(c.height != c.width for c in robot.cameras):
+            raise ValueError("the simulated robot serves at most one square camera")
+        cam = robot.cameras[0] if robot.cameras else None
         self.robot = robot
-        self.env = ManiSkillSingleEnv(ManiSkillConfig(task=task, obs_mode="rgb", control_mode="pd_joint_pos",
-                                                      image_size=cam.height, max_episode_steps=max_episode_steps))
+        self.env = ManiSkillSingleEnv(ManiSkillConfig(task=task, obs_mode="rgb" if cam else "state",
+                                                      control_mode="pd_joint_pos", image_size=cam.height if cam else 128,
+                                                      max_episode_steps=max_episode_steps))
         self.j = len(robot.joint_names)
         if self.env.action_spec.shape[-1] != self.j:
             raise ValueError(f"{task} with pd_joint_pos takes {self.env.action_spec.shape[-1]}-D actions; "
                              f"the robot config has {self.j} joints")
         self.tr = transport
-        self.img_pub = transport.publisher(cam.topic, "sensor_msgs/msg/Image", QoS.sensor_data())
+        self.img_pub = transport.publisher(cam.topic, "sensor_msgs/msg/Image", QoS.sensor_data()) if cam else None
+        self.state_pub = (transport.publisher(robot.state_topic, "std_msgs/msg/Float64MultiArray")
+                          if robot.state_source == "topic" else None)
         self.js_pub = transport.publisher(robot.joint_states_topic, "sensor_msgs/msg/JointState")
         self.res_pub = transport.publisher(RESULTS, "std_msgs/msg/String")
         self.commands: queue.Queue[np.ndarray] = queue.Queue()
@@ -60,7 +64,10 @@ class SimRobot:
         qpos = np.asarray(agent.robot.get_qpos().cpu()).reshape(-1)[: self.j]
         qvel = np.asarray(agent.robot.get_qvel().cpu()).reshape(-1)[: self.j]
         now = time.time()
-        self.img_pub.publish(m.serialize(m.image(obs["rgb"][0], now), "sensor_msgs/msg/Image"))
+        if self.img_pub is not None:
+            self.img_pub.publish(m.serialize(m.image(obs["rgb"][0], now), "sensor_msgs/msg/Image"))
+        if self.state_pub is not None:  # the task state the sim policy sees (published before the joints)
+            self.state_pub.publish(m.serialize(m.float64_array(obs["state"]), "std_msgs/msg/Float64MultiArray"))
         self.js_pub.publish(m.serialize(m.joint_state(list(self.robot.joint_names), qpos, qvel, now),
                                         "sensor_msgs/msg/JointState"))
 

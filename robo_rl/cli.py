@@ -66,6 +66,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
     torch.set_num_threads(1)
+    if args.via_ros:
+        from real_robot.sim_eval import evaluate_over_ros
+
+        out_ros = evaluate_over_ros(args.checkpoint, args.via_ros, args.episodes, args.seed)
+        print(f"success {out_ros['success_rate']:.3f} (95% CI [{out_ros['ci95_low']:.3f}, {out_ros['ci95_high']:.3f}]) "
+              f"over {out_ros['episodes']} episodes via ROS 2", file=sys.stderr)
+        print(json.dumps(out_ros, indent=2))
+        return 0
     ckpt = ckpt_io.resolve(args.checkpoint)
     meta = ckpt_io.read_meta(ckpt)
     try:
@@ -210,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
     e.add_argument("--video", help="mp4 path (default: <run>/eval_<checkpoint>.mp4)")
     e.add_argument("--no-video", action="store_true")
+    e.add_argument("--via-ros", metavar="ROBOT_YAML", help="evaluate through the ROS 2 bridge against the simulated robot process")
     e.set_defaults(fn=cmd_eval)
 
     i = sub.add_parser("info", help="what is registered and which simulator backends work here")

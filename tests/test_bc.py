@@ -61,3 +61,19 @@ def test_bc_control_mode_mismatch_is_one_line(bc_config, tmp_path, need_maniskil
     proc = run_cli("train", bc_config, "env.control_mode=pd_joint_delta_pos", f"run.out_dir={tmp_path}")
     assert proc.returncode == 2
     assert "robo-rl: error: the demonstrations' actions are 'pd_joint_pos' but env.control_mode is 'pd_joint_delta_pos'" in proc.stderr
+
+
+def test_eval_over_ros2_matches_direct_eval(bc_config, tmp_path, need_maniskill):
+    """The same checkpoint evaluated in sim and through the ROS 2 bridge against the simulated robot
+    process: one episode from the same seed, same success and (deterministic sim) the same return."""
+    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=bc", "run.final_eval_episodes=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "bc"
+    direct = run_cli("eval", str(run), "--episodes", "1", "--num-envs", "1", "--seed", "7", "--no-video")
+    assert direct.returncode == 0, direct.stderr[-3000:]
+    ros = run_cli("eval", str(run), "--episodes", "1", "--seed", "7", "--via-ros", "configs/robots/panda_sim_state.yaml")
+    assert ros.returncode == 0, ros.stderr[-3000:]
+    d, r = json.loads(direct.stdout), json.loads(ros.stdout)
+    assert r["episodes"] == 1 and r["via"].startswith("ros2") and not r["rejected"]
+    assert r["successes"] == d["successes"]
+    assert abs(r["mean_return"] - d["mean_return"]) < 1e-3 * max(1.0, abs(d["mean_return"])), (d, r)
