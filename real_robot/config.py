@@ -47,8 +47,10 @@ class RobotConfig:
     """Where joint commands go."""
     command_type: str = "std_msgs/msg/Float64MultiArray"
     """Float64MultiArray (ros2_control forward command controller) or JointTrajectory."""
-    action_mode: Literal["absolute_joint", "delta_joint"] = "absolute_joint"
-    """How a policy action maps to a joint target: as is, or added to the measured position."""
+    action_mode: Literal["absolute_joint", "delta_joint", "passthrough"] = "absolute_joint"
+    """How a policy action maps to the command: a joint target as is, a delta added to the measured
+    position, or the raw action in the controller's own units (the safety limits are then in those
+    units; for a simulated robot running the policy's training controller)."""
     control_rate_hz: float = 30.0
     """Command rate (Hz)."""
     default_instruction: str = "complete the task"

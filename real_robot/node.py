@@ -180,7 +180,12 @@ class PolicyNode:
         q = self._joints[0]
         action = self._queue.popleft() if self._queue else None
         target: np.ndarray | None
-        if action is None:
+        if self.robot.action_mode == "passthrough":
+            # raw controller actions (e.g. joint deltas): no memory between steps, a hold is the zero action
+            self.safety.last = None
+            q = np.zeros_like(q)
+            target = q if action is None else action
+        elif action is None:
             target = self.safety.last if self.safety.last is not None else q
         elif self.robot.action_mode == "delta_joint":
             target = q + action

@@ -25,17 +25,20 @@ def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int
 
     meta = ckpt_io.read_meta(ckpt_io.resolve(checkpoint))
     env_cfg = meta["config"]["env"]
-    if env_cfg.get("name") != "maniskill" or env_cfg.get("control_mode") != "pd_joint_pos":
-        raise ConfigError("evaluation over ROS 2 drives the simulated ManiSkill robot with pd_joint_pos targets; "
-                          f"this run used env {env_cfg.get('name')!r} with control_mode {env_cfg.get('control_mode')!r}")
+    if env_cfg.get("name") != "maniskill":
+        raise ConfigError(f"evaluation over ROS 2 drives the simulated ManiSkill robot; this run used env {env_cfg.get('name')!r}")
     domain = random.randint(10, 200)
     os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK)
     from real_robot.transport import make_transport
 
     policy, robot, _ = build(checkpoint, robot_path, "inprocess")
+    if (env_cfg.get("control_mode") or "pd_joint_pos") != "pd_joint_pos" and robot.action_mode != "passthrough":
+        raise ConfigError(f"this run's actions are {env_cfg.get('control_mode')!r}; use a robot config with "
+                          "action_mode: passthrough (e.g. configs/robots/panda_sim_delta.yaml)")
     tr = make_transport("cyclonedds", domain)
     cmd = [sys.executable, "-m", "real_robot.sim_robot", "--robot", robot_path, "--task", env_cfg["task"],
-           "--episodes", str(episodes), "--seed", str(seed), "--domain", str(domain)]
+           "--episodes", str(episodes), "--seed", str(seed), "--domain", str(domain),
+           "--control-mode", env_cfg.get("control_mode") or "pd_joint_pos"]
     if env_cfg.get("max_episode_steps"):
         cmd += ["--max-episode-steps", str(env_cfg["max_episode_steps"])]
     node = PolicyNode(robot, policy, tr, reactive=True)

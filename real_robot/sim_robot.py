@@ -4,7 +4,7 @@ config's topics, so the whole sim-to-real path (DDS, messages, node, safety) run
 Lockstep loop: publish the camera image (if configured), the task state (with ``state_source:
 topic``) and ``/joint_states`` (the first J joints of the agent's
 qpos/qvel, J = the robot config's joints), wait for the next command on the command topic, apply it
-as the env action (``pd_joint_pos`` targets), repeat. When an episode ends the result is published
+as the env action (``pd_joint_pos`` targets by default, or the controller given), repeat. When an episode ends the result is published
 as JSON on ``/robo_rl/sim/episode`` (std_msgs/String) and the env resets with the next seed.
 
     python -m real_robot.sim_robot --robot configs/robots/panda_sim.yaml --task PickCube-v1 --episodes 10
@@ -28,7 +28,8 @@ RESULTS = "/robo_rl/sim/episode"
 
 
 class SimRobot:
-    def __init__(self, robot: RobotConfig, task: str, transport: Any, max_episode_steps: int | None = None) -> None:
+    def __init__(self, robot: RobotConfig, task: str, transport: Any, max_episode_steps: int | None = None,
+                 control_mode: str = "pd_joint_pos") -> None:
         from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
 
         if len(robot.cameras) > 1 or any(c.height != c.width for c in robot.cameras):
@@ -36,11 +37,11 @@ class SimRobot:
         cam = robot.cameras[0] if robot.cameras else None
         self.robot = robot
         self.env = ManiSkillSingleEnv(ManiSkillConfig(task=task, obs_mode="rgb" if cam else "state",
-                                                      control_mode="pd_joint_pos", image_size=cam.height if cam else 128,
+                                                      control_mode=control_mode, image_size=cam.height if cam else 128,
                                                       max_episode_steps=max_episode_steps))
         self.j = len(robot.joint_names)
         if self.env.action_spec.shape[-1] != self.j:
-            raise ValueError(f"{task} with pd_joint_pos takes {self.env.action_spec.shape[-1]}-D actions; "
+            raise ValueError(f"{task} with {control_mode} takes {self.env.action_spec.shape[-1]}-D actions; "
                              f"the robot config has {self.j} joints")
         self.tr = transport
         self.img_pub = transport.publisher(cam.topic, "sensor_msgs/msg/Image", QoS.sensor_data()) if cam else None
@@ -100,12 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-episode-steps", type=int, default=None)
+    ap.add_argument("--control-mode", default="pd_joint_pos", help="ManiSkill controller the commands drive")
     ap.add_argument("--transport", default="cyclonedds")
     ap.add_argument("--domain", type=int, default=None)
     args = ap.parse_args(argv)
     robot = load_robot(args.robot)
     tr = make_transport(args.transport, args.domain)
-    sim = SimRobot(robot, args.task, tr, args.max_episode_steps)
+    sim = SimRobot(robot, args.task, tr, args.max_episode_steps, args.control_mode)
     time.sleep(1.5)  # DDS discovery
     results = sim.run(args.episodes, args.seed)
     print(json.dumps({"results": results}))
