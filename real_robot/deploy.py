@@ -35,8 +35,8 @@ def check_fit(robot: RobotConfig, obs_spec: dict[str, list[int]], action_shape: 
                 raise ConfigError(f"camera {cam.topic} is {cam.height}x{cam.width}, the policy was trained on {h}x{w}")
 
 
-def build(checkpoint: str, robot_path: str, transport: str | None = None) -> tuple[Any, RobotConfig, Any]:
-    """(policy, robot config, transport) ready for a ``PolicyNode``."""
+def build(checkpoint: str, robot_path: str, transport: str | None = None) -> tuple[Any, RobotConfig]:
+    """(policy, robot config) ready for a ``PolicyNode``; ``transport`` overrides the config's."""
     import dataclasses
 
     from robo_rl import checkpoint as ckpt_io
@@ -58,16 +58,16 @@ def build(checkpoint: str, robot_path: str, transport: str | None = None) -> tup
     policy = build_policy(cfg.policy, obs_spec, action_spec)
     ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
     policy.eval()
-    from real_robot.transport import make_transport
-
-    return policy, robot, make_transport(robot.transport)
+    return policy, robot
 
 
 def run(checkpoint: str, robot_path: str, transport: str | None = None, seconds: float | None = None) -> dict[str, Any]:
     """Serve until Ctrl-C (or ``seconds``); returns the intervention and rejection counts."""
     from real_robot.node import PolicyNode
+    from real_robot.transport import make_transport
 
-    policy, robot, tr = build(checkpoint, robot_path, transport)
+    policy, robot = build(checkpoint, robot_path, transport)
+    tr = make_transport(robot.transport)
     node = PolicyNode(robot, policy, tr)
     node.start()
     log.info("serving %s on %s via %s at %.0f Hz", checkpoint, robot.name, tr.name, robot.control_rate_hz)

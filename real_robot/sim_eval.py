@@ -31,7 +31,7 @@ def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int
     os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK)
     from real_robot.transport import make_transport
 
-    policy, robot, _ = build(checkpoint, robot_path, "inprocess")
+    policy, robot = build(checkpoint, robot_path)
     if (env_cfg.get("control_mode") or "pd_joint_pos") != "pd_joint_pos" and robot.action_mode != "passthrough":
         raise ConfigError(f"this run's actions are {env_cfg.get('control_mode')!r}; use a robot config with "
                           "action_mode: passthrough (e.g. configs/robots/panda_sim_delta.yaml)")

@@ -36,7 +36,7 @@ def dry_run(cfg: TrainConfig) -> dict[str, Any]:
         pcfg = dataclasses.replace(pcfg, checkpoint=None)  # architecture only: weights are not read
     with torch.device("meta"):
         policy = build_policy(pcfg, obs_spec, action_spec)
-        algo = build_algorithm(cfg.algo, policy) if not getattr(cfg.algo, "dataset", None) else None
+        algo = build_algorithm(cfg.algo, policy)
     params = list(policy.parameters())
     total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
@@ -44,4 +44,4 @@ def dry_run(cfg: TrainConfig) -> dict[str, Any]:
                                      "action_spec": list(action_spec.shape)},
             "policy": pcfg.name, "params_millions": round(total / 1e6, 2), "trainable_millions": round(trainable / 1e6, 2),
             "weights_gib_bf16": round(total * 2 / 2**30, 2), "algo": cfg.algo.name,
-            "algo_built": algo is not None or bool(getattr(cfg.algo, "dataset", None))}
+            "algo_built": type(algo).__name__}

@@ -18,7 +18,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def test_7b_configs_dry_run(name, sim, request):
     request.getfixturevalue(f"need_{sim}")
     out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
-    assert out["dry_run"] == "ok" and out["algo_built"]
+    assert out["dry_run"] == "ok" and out["algo_built"] == "PPO"
     assert 7500 < out["params_millions"] < 7700  # OpenVLA-7B: Llama-2-7B + DINOv2-L + SigLIP-SO400M + projector
     assert out["trainable_millions"] < 300  # LoRA rank 32 + value head
     assert out["env"]["action_spec"] == [7]
