@@ -194,3 +194,20 @@ def test_state_token_policy_decodes_and_recomputes_identically():
     assert not torch.allclose(other, lp)  # the state reaches the action distribution
     with pytest.raises(ConfigError, match="needs a 'state' observation"):
         OpenVLAPolicy(OpenVLAConfig(state_token=True), {"rgb": spec["rgb"]}, SPEC)
+
+
+def test_batchnorm_tower_scores_the_same_in_train_mode():
+    """PPO evaluates in train mode what was sampled in eval mode: BatchNorm must not switch to batch stats."""
+    from vla.openvla.model import LLMArch, OpenVLAModel, VLAArch
+    from vla.openvla.vision import VisionArch
+
+    torch.manual_seed(0)
+    model = OpenVLAModel(VLAArch(VisionArch("mobilenet", 64, 32, 1280, 0, 0, 0), LLMArch(), "gelu-mlp", 256, 7))
+    p = OpenVLAPolicy(OpenVLAConfig(), {"rgb": ArraySpec((1, 64, 64, 3), "uint8")}, SPEC, model=model).eval()
+    obs = {"rgb": np.random.default_rng(0).integers(0, 255, (4, 1, 64, 64, 3), dtype=np.uint8), "instruction": INSTR}
+    with torch.no_grad():
+        out = p.act(obs)
+        p.train()
+        lp, _, _ = p.evaluate(obs, out.extras)
+    assert p.training and not p.model.vision_backbone.featurizer.features[0][1].training
+    torch.testing.assert_close(lp, out.log_prob, atol=1e-4, rtol=0)

@@ -146,6 +146,16 @@ class OpenVLAPolicy(nn.Module):
             self.model.vision_backbone.requires_grad_(False)
         self._prompt_cache: dict[str, list[int]] = {}
 
+    def train(self, mode: bool = True) -> OpenVLAPolicy:
+        """Train mode everywhere except BatchNorm (MobileNet), which keeps its pretrained statistics:
+        otherwise ``evaluate`` in train mode would score actions with batch statistics that ``act``
+        (eval mode, during rollouts) never saw, and PPO's ratio would be off from the first step."""
+        super().train(mode)
+        for mod in self.modules():
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                mod.eval()
+        return self
+
     # -- setup helpers -----------------------------------------------------------------------------
     def _add_lora(self) -> None:
         from peft import LoraConfig, inject_adapter_in_model
