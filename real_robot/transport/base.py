@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from robo_rl.errors import ConfigError
 
@@ -79,6 +79,3 @@ def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transpor
 
     return RclpyTransport()
 
-
-def noop(*_: Any) -> None:
-    """A callback that ignores its arguments."""

@@ -159,10 +159,9 @@ class OfflineTrainer:
                     log.info("bc step %d/%d: %s", step, total, {k: round(v, 4) for k, v in row.items() if "/" in k})
         finally:
             metrics.close()
-        meta_out = {"policy": cfg.policy.name, "env_steps": 0, "iteration": step,
-                    "obs_spec": {k: list(v.shape) for k, v in env.obs_spec.items()},
-                    "action_spec": {"shape": list(env.action_spec.shape), "low": env.action_spec.low,
-                                    "high": env.action_spec.high}, "config": _cfg_dict(cfg)}
+        from robo_rl.runners.train import checkpoint_meta
+
+        meta_out = checkpoint_meta(cfg, env, 0, step)
         ckpt = ckpt_io.save(self.run_dir / "checkpoints", step, policy.state_dict(),
                             {"algo": algo.state_dict(), "state": {"iteration": step}}, meta_out, keep=rc.keep_checkpoints)
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "gradient_steps": step, "checkpoint": str(ckpt),
@@ -188,8 +187,3 @@ class OfflineTrainer:
         with torch.no_grad():
             return evaluate_policy(self.env, policy, episodes, seed=self.cfg.run.seed + 10_000, record_video=record)
 
-
-def _cfg_dict(cfg: TrainConfig) -> dict[str, Any]:
-    from robo_rl.config import to_dict
-
-    return to_dict(cfg)

@@ -69,6 +69,15 @@ def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainC
     return from_dict(TrainConfig, apply_overrides(yaml.safe_load(path.read_text()) or {}, overrides or []))
 
 
+def checkpoint_meta(cfg: TrainConfig, env: Any, env_steps: int, iteration: int) -> dict[str, Any]:
+    """meta.json of a checkpoint: policy name, counters, the env's specs and the resolved config."""
+    return {"policy": cfg.policy.name, "env_steps": env_steps, "iteration": iteration,
+            "obs_spec": {k: list(v.shape) for k, v in env.obs_spec.items()},
+            "action_spec": {"shape": list(env.action_spec.shape), "low": env.action_spec.low,
+                            "high": env.action_spec.high},
+            "config": to_dict(cfg)}
+
+
 class Trainer:
     """Runs one training job in ``run_dir``; ``resume=True`` continues from its latest checkpoint."""
 
@@ -93,11 +102,7 @@ class Trainer:
         torch.manual_seed(seed)
 
     def _meta(self) -> dict[str, Any]:
-        return {"policy": self.cfg.policy.name, "env_steps": self.state.env_steps, "iteration": self.state.iteration,
-                "obs_spec": {k: list(v.shape) for k, v in self.env.obs_spec.items()},
-                "action_spec": {"shape": list(self.env.action_spec.shape), "low": self.env.action_spec.low,
-                                "high": self.env.action_spec.high},
-                "config": to_dict(self.cfg)}
+        return checkpoint_meta(self.cfg, self.env, self.state.env_steps, self.state.iteration)
 
     def save_checkpoint(self) -> Path:
         trainer_state = {"algo": self.algo.state_dict(), "state": vars(self.state).copy(),
