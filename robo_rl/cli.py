@@ -181,6 +181,24 @@ def cmd_demos(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demos_convert(args: argparse.Namespace) -> int:
+    from robo_rl.data.episodes import load_episodes, read_meta, write_episodes
+    from sims.maniskill.convert import convert
+
+    meta = read_meta(args.src)
+    src_mode = str(meta.get("control_mode", ""))
+    eps = [convert(ep, src_mode, args.control_mode) for ep in load_episodes(args.src)]
+    clipped = sum(int(ep.extra.get("clipped_steps", 0)) for ep in eps)
+    meta = {**meta, "control_mode": args.control_mode, "converted_from": src_mode, "clipped_steps": clipped}
+    try:
+        path = write_episodes(args.out, eps, meta)
+    except OSError as err:
+        raise RoboRLError(f"cannot write '{args.out}' ({err.strerror}); pass --out in a writable place") from None
+    print(json.dumps({"out": str(path), "episodes": len(eps), "control_mode": args.control_mode,
+                      "steps": sum(ep.length for ep in eps), "clipped_steps": clipped}, indent=2))
+    return 0
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     from real_robot.deploy import run
 
@@ -237,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--image-size", type=int, default=128)
     g.add_argument("--only-success", action="store_true", help="drop failed expert attempts")
     g.set_defaults(fn=cmd_demos)
+    c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or an error)")
+    c.add_argument("src", help="robo-rl episodes file")
+    c.add_argument("--control-mode", required=True, choices=["pd_joint_delta_pos"])
+    c.add_argument("--out", required=True, help="output .h5 file")
+    c.set_defaults(fn=cmd_demos_convert)
 
     dp = sub.add_parser("deploy", help="serve a trained policy on a ROS 2 robot (safety-filtered)")
     dp.add_argument("checkpoint", help="run directory or checkpoints/step_* directory")
@@ -252,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--out", default=".models/openvla-mini", help="output directory")
     bm.add_argument("--image-size", type=int, default=128)
     bm.add_argument("--action-dim", type=int, default=8, help="action dims (8 = Panda pd_joint_pos / pd_joint_delta_pos)")
-    bm.add_argument("--llm-layers", type=int, default=8, help="keep the first N of SmolLM2's 30 layers (8: CPU-sized; 30: all)")
+    bm.add_argument("--llm-layers", type=int, default=4, help="keep the first N of SmolLM2's 30 layers (4: CPU-sized; 30: all)")
     bm.set_defaults(fn=cmd_vla)
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), ros (ROS 2 node latency)")

@@ -100,6 +100,40 @@ def test_demos_generate_cli_roundtrip(tmp_path, need_maniskill):
     for e in eps:
         assert e.obs["state"].shape[0] == e.length + 1 and e.actions.shape[1] == 8
 
+    # converted to joint deltas, the same seeds replayed open loop in a real env still succeed
+    delta = tmp_path / "pick_delta.h5"
+    proc = run_cli("demos", "convert", str(out), "--control-mode", "pd_joint_delta_pos", "--out", str(delta))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert read_meta(delta)["control_mode"] == "pd_joint_delta_pos"
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401
+
+    env = gym.make("PickCube-v1", obs_mode="state", control_mode="pd_joint_delta_pos", num_envs=1,
+                   sim_backend="physx_cpu", max_episode_steps=200)
+    for e, d in zip(eps, load_episodes(delta)):
+        assert np.abs(d.actions[:, :7]).max() <= 1.0 and np.array_equal(d.actions[:, 7], e.actions[:, 7])
+        env.reset(seed=e.seed)
+        success = False
+        for a in d.actions:
+            obs, _, _, _, info = env.step(a[None])
+            success = success or bool(info["success"][0])
+        assert success
+        np.testing.assert_allclose(np.asarray(obs)[0, :7], e.obs["state"][-1, :7], atol=0.02)
+    env.close()
+
+
+def test_convert_refuses_what_it_cannot_do_exactly():
+    from sims.maniskill.convert import convert
+
+    ep = _episode(4, 1)
+    ep = Episode({"state": np.zeros((5, 9), np.float32)}, np.zeros((4, 8), np.float32), ep.rewards, ep.success, seed=3)
+    assert convert(ep, "pd_joint_pos", "pd_joint_delta_pos").actions.shape == (4, 8)
+    ep.actions[2, 1] = 0.5  # a 0.5 rad jump in one control step
+    with pytest.raises(DatasetError, match="seed 3.*step 2 moves a joint by 0.500 rad"):
+        convert(ep, "pd_joint_pos", "pd_joint_delta_pos")
+    with pytest.raises(DatasetError, match="supported: pd_joint_pos -> pd_joint_delta_pos"):
+        convert(ep, "pd_ee_delta_pose", "pd_joint_delta_pos")
+
 
 @pytest.mark.libero
 def test_libero_scripted_expert_solves_and_roundtrips(tmp_path, need_libero):
