@@ -60,6 +60,9 @@ class RobotConfig:
     estimator, or the simulated robot's full task state)."""
     state_topic: str = "/robo_rl/state"
     """std_msgs/Float64MultiArray topic used when ``state_source`` is topic."""
+    startup_timeout_s: float = 10.0
+    """``robo-rl deploy`` waits this long for every input (joints, cameras, state) to deliver a valid
+    message before it starts commanding; then fails naming what is missing."""
 
     def __post_init__(self) -> None:
         if self.command_type not in COMMAND_TYPES:

@@ -69,6 +69,11 @@ def run(checkpoint: str, robot_path: str, transport: str | None = None, seconds:
     policy, robot = build(checkpoint, robot_path, transport)
     tr = make_transport(robot.transport)
     node = PolicyNode(robot, policy, tr)
+    try:
+        node.wait_ready(robot.startup_timeout_s)  # type mismatches and missing inputs fail here, before any command
+    except Exception:
+        tr.close()
+        raise
     node.start()
     log.info("serving %s on %s via %s at %.0f Hz", checkpoint, robot.name, tr.name, robot.control_rate_hz)
     t0 = time.monotonic()

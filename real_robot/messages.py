@@ -37,6 +37,14 @@ def dds_type_name(msgtype: str) -> str:
     return f"{pkg}::{kind}::dds_::{name}_"
 
 
+def ros_type_name(dds_name: str) -> str:
+    """``sensor_msgs::msg::dds_::Image_`` -> ``sensor_msgs/msg/Image`` (other names are returned as is)."""
+    parts = dds_name.split("::")
+    if len(parts) == 4 and parts[2] == "dds_" and parts[3].endswith("_"):
+        return f"{parts[0]}/{parts[1]}/{parts[3][:-1]}"
+    return dds_name
+
+
 def dds_topic(topic: str) -> str:
     """``/joint_states`` -> ``rt/joint_states``."""
     return "rt/" + topic.lstrip("/")

@@ -28,6 +28,7 @@ from real_robot import messages as m
 from real_robot.config import RobotConfig
 from real_robot.safety import Decision, SafetyFilter
 from real_robot.transport.base import QoS, Transport
+from robo_rl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,55 @@ class PolicyNode:
         self.safety.estop(engaged)
         if engaged:
             self._queue.clear()
+
+    # -- start-up checks ----------------------------------------------------------------------------
+    def _inputs(self) -> list[tuple[str, str, bool]]:
+        """(topic, expected type, required for an observation) of every subscription."""
+        r = self.robot
+        out = [(r.joint_states_topic, "sensor_msgs/msg/JointState", True),
+               (r.instruction_topic, "std_msgs/msg/String", False), (r.estop_topic, "std_msgs/msg/Bool", False)]
+        out += [(cam.topic, "sensor_msgs/msg/Image", True) for cam in r.cameras]
+        if r.state_source == "topic":
+            out.append((r.state_topic, "std_msgs/msg/Float64MultiArray", True))
+        return out
+
+    def check_types(self) -> None:
+        """One-line ConfigError if a discovered peer uses one of our topics with another message type."""
+        for topic, expected, _ in self._inputs():
+            wrong = self.transport.endpoint_types(topic, "publisher") - {expected}
+            if wrong:
+                raise ConfigError(f"topic {topic} is published as {', '.join(sorted(wrong))}; robot config "
+                                  f"'{self.robot.name}' subscribes to it as {expected}")
+        wrong = self.transport.endpoint_types(self.robot.command_topic, "subscriber") - {self.robot.command_type}
+        if wrong:
+            raise ConfigError(f"the robot's controller listens on {self.robot.command_topic} for {', '.join(sorted(wrong))}"
+                              f", robot config '{self.robot.name}' sends command_type {self.robot.command_type}")
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.05) -> None:
+        """Block until every required input has delivered a valid message; before any command is sent.
+
+        Raises a one-line ConfigError for a topic type mismatch (as soon as discovery shows it) or,
+        after ``timeout_s``, naming each input that never arrived (a missing camera, no joint states).
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check_types()
+            if self.observation() is not None:
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(poll_s)
+        with self._lock:
+            have = {self.robot.joint_states_topic: self._joints is not None, self.robot.state_topic: self._state is not None}
+            have.update({cam.topic: img is not None for cam, img in zip(self.robot.cameras, self._images)})
+        missing = []
+        for topic, typ, required in self._inputs():
+            if required and not have.get(topic, False):
+                pubs = self.transport.endpoint_types(topic, "publisher")
+                missing.append(f"{topic} ({typ}; {'publishers seen but no valid message' if pubs else 'no publisher'})")
+        rejected = f"; rejected so far: {dict(self.rejected)}" if self.rejected else ""
+        raise ConfigError(f"robot '{self.robot.name}': nothing valid within {timeout_s:g} s on {', '.join(missing)}"
+                          f"{rejected}; check the drivers or the robot config's topics")
 
     # -- observation and inference ------------------------------------------------------------------
     def observation(self) -> tuple[dict[str, Any], float] | None:

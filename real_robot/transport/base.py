@@ -50,6 +50,11 @@ class Transport(Protocol):
 
     def subscribe(self, topic: str, msgtype: str, callback: RawCallback, qos: QoS = DEFAULT_QOS) -> Subscription: ...
 
+    def endpoint_types(self, topic: str, kind: Literal["publisher", "subscriber"]) -> set[str]:
+        """ROS type names (``sensor_msgs/msg/Image``) of the *other* participants' publishers or
+        subscribers discovered on ``topic`` so far (for type-mismatch checks before running)."""
+        ...
+
     def close(self) -> None: ...
 
 

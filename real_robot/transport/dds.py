@@ -13,9 +13,9 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 
-from real_robot.messages import dds_topic, dds_type_name, typestore
+from real_robot.messages import dds_topic, dds_type_name, ros_type_name, typestore
 from real_robot.transport.base import DEFAULT_QOS, QoS, RawCallback
 
 log = logging.getLogger(__name__)
@@ -127,13 +127,19 @@ class CycloneTransport:
         self.participant = DomainParticipant(self.domain_id)
         self._topics: dict[tuple[str, str], Any] = {}
         self._keep: list[Any] = []
+        self._discovery: dict[str, Any] = {}
 
     def _topic(self, topic: str, msgtype: str) -> Any:
         from cyclonedds.topic import Topic
 
         key = (topic, msgtype)
         if key not in self._topics:
-            self._topics[key] = Topic(self.participant, dds_topic(topic), raw_class(msgtype))
+            # the DDS topic is made from the IDL class, so the wire carries the ROS 2 type name and type
+            # information; readers and writers then use its raw-bytes subclass (cyclonedds takes the
+            # sample class from ``Topic.data_type`` when it (de)serializes)
+            t = Topic(self.participant, dds_topic(topic), idl_class(msgtype))
+            t.data_type = raw_class(msgtype)
+            self._topics[key] = t
         return self._topics[key]
 
     def publisher(self, topic: str, msgtype: str, qos: QoS = DEFAULT_QOS) -> _Publisher:
@@ -148,6 +154,8 @@ class CycloneTransport:
         from cyclonedds.sub import DataReader
 
         def on_data_available(reader: Any) -> None:
+            if reader is None:  # data arriving while the reader is being torn down
+                return
             for sample in reader.take(N=64):
                 raw = getattr(sample, "_raw", None)
                 if raw is not None:
@@ -158,6 +166,22 @@ class CycloneTransport:
         self._keep.append(reader)
         return _Subscription(reader)
 
+    def endpoint_types(self, topic: str, kind: Literal["publisher", "subscriber"]) -> set[str]:
+        """From DDS discovery (the DCPSPublication / DCPSSubscription built-in topics)."""
+        from cyclonedds.builtin import (
+            BuiltinDataReader,
+            BuiltinTopicDcpsPublication,
+            BuiltinTopicDcpsSubscription,
+        )
+
+        if kind not in self._discovery:
+            builtin = BuiltinTopicDcpsPublication if kind == "publisher" else BuiltinTopicDcpsSubscription
+            self._discovery[kind] = BuiltinDataReader(self.participant, builtin)
+        name, me = dds_topic(topic), self.participant.guid
+        return {ros_type_name(s.type_name) for s in self._discovery[kind].read(N=4096)
+                if s.topic_name == name and s.participant_key != me}
+
     def close(self) -> None:
+        self._discovery.clear()
         self._keep.clear()
         self._topics.clear()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 from real_robot.transport.base import DEFAULT_QOS, QoS, RawCallback
 
@@ -65,6 +65,12 @@ class RclpyTransport:
                 node.destroy_subscription(sub)
 
         return _Sub()
+
+    def endpoint_types(self, topic: str, kind: Literal["publisher", "subscriber"]) -> set[str]:
+        infos = (self.node.get_publishers_info_by_topic(topic) if kind == "publisher"
+                 else self.node.get_subscriptions_info_by_topic(topic))
+        me = self.node.get_name()
+        return {info.topic_type for info in infos if info.node_name != me}
 
     def close(self) -> None:
         self._executor.shutdown()

@@ -236,3 +236,41 @@ def test_watchdog_estop_limits_and_bad_messages_against_a_dds_robot_process(tmp_
     late = [i for i in _moving(cmds, 1) if stamps[i] > ev["estop"] + period]
     assert not late, f"{len(late)} moving commands later than one control period after the e-stop"
     assert sum(stamps > ev["estop"] + period) > 20 and node.safety.counts["estop"] > 0
+
+
+def test_dds_discovery_shows_ros_type_names_and_catches_mismatches(monkeypatch):
+    """Two DDS participants over loopback: our writers announce ROS 2 type names (what Fast DDS
+    peers match on), and the node refuses to start against a peer using its topics with other types."""
+    from real_robot import messages as m
+    from real_robot.node import PolicyNode
+    from real_robot.transport import make_transport
+    from robo_rl.errors import ConfigError
+
+    robot = load_robot("configs/robots/panda_sim.yaml")
+    domain = random.randint(10, 200)
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK)
+    ours, peer = make_transport("cyclonedds", domain), make_transport("cyclonedds", domain)
+    node = PolicyNode(robot, OutOfRangePolicy(len(robot.joint_names)), ours)
+
+    def seen(tr, topic, kind, want):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and want not in tr.endpoint_types(topic, kind):
+            time.sleep(0.05)
+        return tr.endpoint_types(topic, kind)
+
+    assert seen(peer, robot.command_topic, "publisher", robot.command_type) == {robot.command_type}
+    assert seen(peer, robot.joint_states_topic, "subscriber", "sensor_msgs/msg/JointState") == {"sensor_msgs/msg/JointState"}
+    js = peer.publisher(robot.joint_states_topic, "sensor_msgs/msg/JointState")
+    seen(ours, robot.joint_states_topic, "publisher", "sensor_msgs/msg/JointState")
+    js.publish(m.serialize(m.joint_state(list(robot.joint_names), np.zeros(len(robot.joint_names)), None, 0.0),
+                           "sensor_msgs/msg/JointState"))
+    with pytest.raises(ConfigError, match=r"/camera/color/image_raw \(sensor_msgs/msg/Image; no publisher\)"):
+        node.wait_ready(0.5)
+    peer.subscribe(robot.command_topic, "trajectory_msgs/msg/JointTrajectory", lambda raw, t: None)
+    seen(ours, robot.command_topic, "subscriber", "trajectory_msgs/msg/JointTrajectory")
+    with pytest.raises(ConfigError, match="controller listens on /forward_position_controller/commands for "
+                                          "trajectory_msgs/msg/JointTrajectory"):
+        node.wait_ready(5.0)
+    assert node.sent == 0
+    ours.close()
+    peer.close()

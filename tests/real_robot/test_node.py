@@ -181,3 +181,26 @@ def test_fuzzed_messages_never_become_commands_or_crash_the_node(topic, data):
     assert not sent  # no complete, valid observation -> no command
     if topic == "estop":  # an unreadable e-stop message latches the stop (or was a valid Bool)
         assert node.safety.estopped or node.rejected["estop"] == 0
+
+
+def test_startup_names_type_mismatches_and_missing_inputs_before_any_command():
+    from robo_rl.errors import ConfigError
+
+    tr = make_transport("inprocess")
+    node = PolicyNode(ROBOT, StubPolicy(np.zeros(J)), tr)
+    sent = []
+    tr.subscribe(ROBOT.command_topic, ROBOT.command_type, lambda raw, t: sent.append(raw))
+    js = tr.publisher(ROBOT.joint_states_topic, "sensor_msgs/msg/JointState")
+    js.publish(m.serialize(m.joint_state(list(ROBOT.joint_names), np.zeros(J), None, 0.0), "sensor_msgs/msg/JointState"))
+    with pytest.raises(ConfigError, match=r"nothing valid within 0.1 s on /camera/color/image_raw \(sensor_msgs/msg/Image; "
+                                          r"no publisher\); check the drivers"):
+        node.wait_ready(0.1)
+    tr.publisher(ROBOT.cameras[0].topic, "sensor_msgs/msg/Image").publish(
+        m.serialize(m.image(np.zeros((64, 64, 3), np.uint8), 0.0), "sensor_msgs/msg/Image"))
+    with pytest.raises(ConfigError, match=r"publishers seen but no valid message\); rejected so far: \{'image': 1\}"):
+        node.wait_ready(0.1)
+    tr.publisher(ROBOT.estop_topic, "std_msgs/msg/String")
+    with pytest.raises(ConfigError, match="topic /estop is published as std_msgs/msg/String; robot config 'panda_sim' "
+                                          "subscribes to it as std_msgs/msg/Bool"):
+        node.wait_ready(5.0)
+    assert not sent and node.sent == 0
