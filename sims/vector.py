@@ -62,9 +62,23 @@ def _write_obs(bufs: SharedArrays, prefix: str, i: int, obs: dict[str, Any]) -> 
     return rest
 
 
-def _step_one(env: SingleEnv, bufs: SharedArrays, i: int) -> tuple | None:
-    """Step env row i (auto-reset on episode end); arrays go to shm, the rest is returned."""
-    obs, reward, terminated, truncated, info = env.step(bufs["actions"][i].copy())
+def _step_one(env: SingleEnv, bufs: SharedArrays, i: int, chunk: np.ndarray | None = None) -> tuple | None:
+    """Step env row i (auto-reset on episode end); arrays go to shm, the rest is returned.
+
+    ``chunk`` (H, A): run up to H actions in turn, stopping at the episode's end (the rest of the
+    chunk is dropped); the reward is the sum over the executed steps, success is true if any step
+    succeeded, and ``chunk_steps`` (the number executed) is returned with the info."""
+    if chunk is None:
+        obs, reward, terminated, truncated, info = env.step(bufs["actions"][i].copy())
+    else:
+        reward, succeeded, n = 0.0, False, 0
+        for a in chunk:
+            obs, r, terminated, truncated, info = env.step(np.array(a, np.float32))
+            reward, n = reward + float(r), n + 1
+            succeeded = succeeded or bool(info.get("success", False))
+            if terminated or truncated:
+                break
+        info = {**info, "success": succeeded, "chunk_steps": n}
     final_rest = None
     done = bool(terminated or truncated)
     if done:
@@ -107,7 +121,8 @@ def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env:
             break
         try:
             if cmd == "step":
-                conn.send(("ok", [_step_one(e, bufs, i) for e, i in zip(envs, rows)]))
+                chunks = [None] * len(envs) if data is None else data
+                conn.send(("ok", [_step_one(e, bufs, i, c) for e, i, c in zip(envs, rows, chunks)]))
             elif cmd == "reset":
                 conn.send(("ok", [_write_obs(bufs, "obs", i, e.reset(seed=sd)) for e, i, sd in zip(envs, rows, data)]))
             elif cmd == "attach":
@@ -261,15 +276,22 @@ class SubprocVecEnv:
         return self._gather_obs("obs", rest), {}
 
     def step(self, actions: np.ndarray) -> StepResult:
+        """``actions`` (B, A), or action chunks (B, H, A): each env runs its chunk's steps in turn and
+        stops at its episode's end; then ``reward`` is the sum over the executed steps, ``success``
+        whether any step succeeded, and ``info["chunk_steps"]`` (B,) how many steps ran."""
         actions = np.asarray(actions, dtype=np.float32)
         bufs = self._bufs
-        if actions.shape != bufs["actions"].shape:
-            raise RoboRLError(f"step() got actions of shape {actions.shape}; expected {bufs['actions'].shape}")
-        bufs["actions"][:] = actions
+        want = bufs["actions"].shape
+        chunked = actions.ndim == 3
+        if (actions.shape[:1] + actions.shape[2:] if chunked else actions.shape) != want or (chunked and not actions.shape[1]):
+            raise RoboRLError(f"step() got actions of shape {actions.shape}; expected {want} or chunks "
+                              f"({want[0]}, H, {', '.join(map(str, want[1:]))}) with H >= 1")
+        if not chunked:
+            bufs["actions"][:] = actions
         sent = []
-        for w in self._workers:
+        for w, rows in zip(self._workers, self._rows):
             try:
-                w.conn.send(("step", None))
+                w.conn.send(("step", [actions[i] for i in rows] if chunked else None))
                 sent.append(True)
             except (BrokenPipeError, OSError):
                 sent.append(False)
@@ -306,6 +328,8 @@ class SubprocVecEnv:
         self._last_rest = rest
         info: dict[str, Any] = {"success": bufs["success"].copy(), "worker_restarted": restarted}
         info.update(extras)
+        if chunked:
+            info["chunk_steps"] = np.array([n or 0 for n in extras.get("chunk_steps", [0] * self.num_envs)], np.int64)
         if bufs["has_final"].any():
             info["final_obs"] = self._gather_obs("final", final_rest)
         return StepResult(self._gather_obs("obs", rest), bufs["reward"].copy(), bufs["terminated"].copy(),

@@ -94,3 +94,19 @@ def test_several_envs_per_worker_crash_restarts_the_group():
         assert env.worker_pids()[2] not in pids
     finally:
         env.close()
+
+
+def test_action_chunks_run_in_the_worker_and_stop_at_the_episode_end(venv):
+    venv.reset(seed=0)
+    chunk = np.zeros((2, 3, 3), np.float32)
+    chunk[0, 1, 0] = 1.0  # env 0 succeeds at the chunk's 2nd step: its 3rd action is dropped
+    res = venv.step(chunk)
+    assert res.info["chunk_steps"].tolist() == [2, 3]
+    np.testing.assert_array_equal(res.reward, [1 + 2, 1 + 2 + 3])  # summed over executed steps (reward = t)
+    assert res.terminated.tolist() == [True, False] and res.info["success"].tolist() == [True, False]
+    np.testing.assert_array_equal(res.info["final_obs"]["state"][0, 0], 2)
+    np.testing.assert_array_equal(res.obs["state"][:, 0], [0, 3])  # env 0 restarted, env 1 at step 3
+    res = venv.step(np.zeros((2, 4, 3), np.float32))  # env 1 hits its horizon after one step
+    assert res.info["chunk_steps"].tolist() == [4, 1] and res.truncated.tolist() == [True, True]
+    with pytest.raises(Exception, match=r"expected \(2, 3\) or chunks \(2, H, 3\)"):
+        venv.step(np.zeros((2, 0, 3), np.float32))
