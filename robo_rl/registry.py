@@ -91,6 +91,7 @@ POLICIES = Registry("policies", singular="policy", entries={
     "mlp": "policies.mlp:MLPActorCritic",
     "cnn": "policies.cnn:CNNActorCritic",
     "openvla": "vla.openvla.policy:OpenVLAPolicy",
+    "pi0": "vla.pi0.policy:Pi0Policy",
 })
 ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "ppo": "robo_rl.algorithms.ppo:PPO",

@@ -1,0 +1,279 @@
+"""pi0-style flow-matching VLA behind the ``Policy`` contract.
+
+Input: ``obs["rgb"]`` (B, V, H, W, 3) uint8 (the configured cameras, each exactly the model's image
+size; other sizes or dtypes are errors), ``obs["state"]`` (B, S) float32 (mean/std-normalized, zero-
+padded to max_state_dim), ``obs["instruction"]`` list[str]. Output ``actions`` (B, E, A): the first
+E = ``exec_steps`` actions of the sampled chunk, un-normalized to env units (A = the env's action
+dim, the rest of the model's max_action_dim is padding). ``extras``: ``path`` (B, K + 1, T, A_max),
+``step`` (B,) and the prompt ids/mask (B, max_prompt_tokens), so ``evaluate`` re-scores exactly the
+sampled transitions; ``log_prob`` covers the executed steps and the real action dims only. The value head reads the pooled VLM prefix.
+``act(deterministic=True)`` runs the ODE from x_0 = 0 (reproducible evaluation).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from robo_rl.contracts import ArraySpec, PolicyOutput
+from robo_rl.errors import ConfigError
+from vla.openvla.text import ByteTokenizer, TextTokenizer
+from vla.pi0.model import ARCH_PRESETS, Pi0Arch, Pi0Model, Prefix
+from vla.pi0.sampling import NoiseHead, SamplerConfig, path_log_prob, sample
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class Pi0PolicyConfig:
+    """pi0-style policy."""
+
+    name: str = "pi0"
+    """Registry name of the policy."""
+    arch: str = "tiny"
+    """Architecture preset for a random-init model (used when ``checkpoint`` is null)."""
+    checkpoint: str | None = None
+    """Local directory: transformers PI0, openpi or LeRobot pi0 layout, or one written by robo-rl."""
+    cameras: tuple[int, ...] = (0,)
+    """Which cameras of ``obs['rgb']`` (V axis) the model sees, in its camera order."""
+    exec_steps: int | None = None
+    """Actions executed per chunk (null: the whole chunk)."""
+    sampler: Literal["ode", "noise", "sde"] = "sde"
+    """Rollout sampler: sde (Flow-SDE), noise (Flow-Noise) or ode (no log-probs: evaluation/SFT only)."""
+    noise_level: float = 0.5
+    """Flow-SDE noise level a."""
+    min_std: float = 0.02
+    """Flow-Noise noise-head std lower bound."""
+    max_std: float = 0.3
+    """Flow-Noise noise-head std upper bound."""
+    default_instruction: str = "complete the task"
+    """Instruction used when the observation carries none."""
+    max_prompt_tokens: int = 48
+    """Prompt budget (pi0: 48); a longer instruction is an error, never truncated."""
+    value_hidden: int = 256
+    """Hidden width of the value head on the pooled prefix."""
+    freeze_vision: bool = False
+    """Keep the SigLIP tower fixed."""
+
+    def __post_init__(self) -> None:
+        if self.checkpoint is None and self.arch not in ARCH_PRESETS:
+            raise ConfigError(f"config key 'policy.arch' = {self.arch!r} is not a preset; known: {', '.join(ARCH_PRESETS)}")
+        if self.exec_steps is not None and self.exec_steps < 1:
+            raise ConfigError(f"policy.exec_steps = {self.exec_steps} must be >= 1 (or null for the whole chunk)")
+        SamplerConfig(self.sampler, self.noise_level, self.min_std, self.max_std)  # validates
+
+
+class Pi0Policy(nn.Module):
+    """``Policy`` over a ``Pi0Model``; see the module docstring for shapes."""
+
+    Config = Pi0PolicyConfig
+
+    def __init__(self, cfg: Pi0PolicyConfig, obs_spec: dict[str, ArraySpec] | None = None,
+                 action_spec: ArraySpec | None = None, model: Pi0Model | None = None,
+                 text_tokenizer: TextTokenizer | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        if model is None:
+            if cfg.checkpoint is not None:
+                from vla.pi0.checkpoint import load_pretrained
+
+                loaded = load_pretrained(cfg.checkpoint)
+                model, text_tokenizer = loaded.model, loaded.text_tokenizer
+                norm = loaded.norm
+            else:
+                model, norm = Pi0Model(ARCH_PRESETS[cfg.arch]), None
+        else:
+            norm = None
+        self.model = model
+        arch: Pi0Arch = model.arch
+        self.text = text_tokenizer or ByteTokenizer()
+        self.sampler = SamplerConfig(cfg.sampler, cfg.noise_level, cfg.min_std, cfg.max_std)
+        self.exec_steps = cfg.exec_steps or arch.chunk_size
+        if self.exec_steps > arch.chunk_size:
+            raise ConfigError(f"policy.exec_steps = {self.exec_steps} exceeds the model's chunk of {arch.chunk_size}")
+        self.action_dim = arch.max_action_dim if action_spec is None else int(action_spec.shape[-1])
+        if self.action_dim > arch.max_action_dim:
+            raise ConfigError(f"the env takes {self.action_dim}-D actions but the pi0 model has max_action_dim "
+                              f"{arch.max_action_dim} (choose a matching controller or checkpoint)")
+        self.state_dim = 0
+        if obs_spec is not None:
+            if "rgb" not in obs_spec:
+                raise ConfigError(f"policy 'pi0' needs an 'rgb' observation; the env gives {sorted(obs_spec)} (set env.obs_mode: rgb)")
+            v, h, w = obs_spec["rgb"].shape[:3]
+            if max(cfg.cameras) >= v:
+                raise ConfigError(f"policy.cameras = {list(cfg.cameras)} but the env has {v} camera(s)")
+            if (h, w) != (arch.image_size, arch.image_size):
+                raise ConfigError(f"the env renders {h}x{w} images but the pi0 model takes {arch.image_size}x"
+                                  f"{arch.image_size} (set env.image_size: {arch.image_size})")
+            if "state" in obs_spec:
+                self.state_dim = int(obs_spec["state"].shape[-1])
+                if self.state_dim > arch.max_state_dim:
+                    raise ConfigError(f"the env's state is {self.state_dim}-D but the pi0 model has max_state_dim "
+                                      f"{arch.max_state_dim}")
+        # normalization (LeRobot/openpi MEAN_STD): identity until SFT or a checkpoint sets it
+        self.register_buffer("state_mean", torch.zeros(arch.max_state_dim))
+        self.register_buffer("state_std", torch.ones(arch.max_state_dim))
+        self.register_buffer("action_mean", torch.zeros(arch.max_action_dim))
+        self.register_buffer("action_std", torch.ones(arch.max_action_dim))
+        if norm is not None:
+            self.set_norm_stats(**norm)
+        self.noise_head = NoiseHead(arch.expert_hidden, arch.max_action_dim, cfg.min_std, cfg.max_std)
+        self.value_head = nn.Sequential(nn.Linear(arch.lm_hidden, cfg.value_hidden), nn.GELU(), nn.Linear(cfg.value_hidden, 1))
+        nn.init.zeros_(self.value_head[2].weight)
+        nn.init.zeros_(self.value_head[2].bias)
+        if cfg.freeze_vision:
+            self.model.hf.model.vlm.vision_tower.requires_grad_(False)
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # -- normalization ---------------------------------------------------------------------------
+    def set_norm_stats(self, state_mean: Any = None, state_std: Any = None, action_mean: Any = None,
+                       action_std: Any = None) -> None:
+        """Dataset statistics (shorter vectors fill the leading dims; std is floored at 1e-6)."""
+        for name, value in (("state_mean", state_mean), ("state_std", state_std), ("action_mean", action_mean),
+                            ("action_std", action_std)):
+            if value is None:
+                continue
+            v = torch.as_tensor(np.asarray(value, np.float32)).flatten()
+            buf = getattr(self, name)
+            if v.numel() > buf.numel():
+                raise ConfigError(f"norm stats '{name}' have {v.numel()} entries; the model has {buf.numel()} dims")
+            buf[: v.numel()] = v.clamp_min(1e-6) if name.endswith("std") else v
+
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """(..., A) env units -> (..., A_max) normalized, zero-padded."""
+        a = torch.as_tensor(actions, dtype=torch.float32, device=self.action_mean.device)
+        a = (a - self.action_mean[: a.shape[-1]]) / self.action_std[: a.shape[-1]]
+        return torch.nn.functional.pad(a, (0, self.model.arch.max_action_dim - a.shape[-1]))
+
+    def _unnormalize(self, x: torch.Tensor) -> torch.Tensor:
+        a = x[..., : self.action_dim]
+        return a * self.action_std[: self.action_dim] + self.action_mean[: self.action_dim]
+
+    # -- observation processing ------------------------------------------------------------------
+    def pixels(self, rgb: Any) -> torch.Tensor:
+        """(B, V, H, W, 3) uint8 -> (B, V', 3, S, S) in [-1, 1] for the configured cameras."""
+        x = torch.as_tensor(rgb)
+        s = self.model.arch.image_size
+        if x.dtype != torch.uint8:
+            raise ValueError(f"obs['rgb'] must be uint8 (B, V, H, W, 3); got dtype {x.dtype}")
+        if x.ndim != 5 or x.shape[-1] != 3 or tuple(x.shape[2:4]) != (s, s):
+            raise ValueError(f"obs['rgb'] must have shape (B, V, {s}, {s}, 3) for this pi0 model; got {tuple(x.shape)}")
+        if max(self.cfg.cameras) >= x.shape[1]:
+            raise ValueError(f"policy.cameras = {list(self.cfg.cameras)} but obs['rgb'] has {x.shape[1]} camera(s)")
+        img = x[:, list(self.cfg.cameras)].permute(0, 1, 4, 2, 3).float() / 127.5 - 1.0
+        return img.to(self.action_mean.device)
+
+    def state(self, obs: dict[str, Any], batch: int) -> torch.Tensor:
+        """(B, max_state_dim) normalized, zero-padded (zeros when the env gives no state)."""
+        d = self.model.arch.max_state_dim
+        if "state" not in obs:
+            return torch.zeros(batch, d, device=self.action_mean.device)
+        s = torch.as_tensor(obs["state"], dtype=torch.float32).to(self.action_mean.device)
+        if s.shape[-1] > d:
+            raise ValueError(f"obs['state'] is {s.shape[-1]}-D; this pi0 model takes at most {d}")
+        s = (s - self.state_mean[: s.shape[-1]]) / self.state_std[: s.shape[-1]]
+        return torch.nn.functional.pad(s, (0, d - s.shape[-1]))
+
+    def _prompt(self, instruction: str) -> list[int]:
+        ids = self._prompt_cache.get(instruction)
+        if ids is None:
+            # pi0's prompt: BOS + instruction + "\n" (Gemma's <bos> from an HF tokenizer; 1 for the byte tokenizer)
+            bos = getattr(getattr(self.text, "tok", None), "bos_token_id", None)
+            ids = [1 if bos is None else int(bos), *self.text.encode(instruction), *self.text.encode("\n")]
+            if len(ids) > self.cfg.max_prompt_tokens:
+                raise ValueError(f"instruction {instruction!r} needs {len(ids)} prompt tokens but "
+                                 f"policy.max_prompt_tokens = {self.cfg.max_prompt_tokens}; raise it")
+            self._prompt_cache[instruction] = ids
+        return ids
+
+    def prompts(self, obs: dict[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded prompt ids and mask (B, max_prompt_tokens) (pi0 pads right)."""
+        instr = obs.get("instruction")
+        if instr is None:
+            instr = [self.cfg.default_instruction] * batch
+        elif isinstance(instr, str):
+            instr = [instr] * batch
+        if len(instr) != batch:
+            raise ValueError(f"obs['instruction'] has {len(instr)} entries for a batch of {batch}")
+        rows = [self._prompt(str(t)) for t in instr]
+        n = self.cfg.max_prompt_tokens
+        ids = torch.zeros(batch, n, dtype=torch.long)
+        mask = torch.zeros(batch, n, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        dev = self.action_mean.device
+        return ids.to(dev), mask.to(dev)
+
+    def prefix(self, obs: dict[str, Any], prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[Prefix, torch.Tensor]:
+        """(the VLM prefix, the normalized state (B, max_state_dim)) of a batch of observations;
+        ``prompt`` (ids, mask) as ``act`` stored them (rollout buffers keep tensors, not strings)."""
+        pixels = self.pixels(obs["rgb"])
+        ids, mask = prompt if prompt is not None else self.prompts(obs, pixels.shape[0])
+        keep = int(mask.sum(0).nonzero().max()) + 1 if mask.any() else 0  # drop columns that are padding in every row
+        return self.model.embed_prefix(pixels, ids[:, :keep], mask[:, :keep]), self.state(obs, pixels.shape[0])
+
+    def log_prob_mask(self) -> torch.Tensor:
+        """(T, A_max) bool: the executed steps and the real action dims."""
+        arch = self.model.arch
+        m = torch.zeros(arch.chunk_size, arch.max_action_dim, dtype=torch.bool, device=self.action_mean.device)
+        m[: self.exec_steps, : self.action_dim] = True
+        return m
+
+    # -- Policy contract ---------------------------------------------------------------------------
+    def act(self, obs: dict[str, Any], deterministic: bool = False, return_latents: bool = False) -> PolicyOutput:
+        prompt = self.prompts(obs, int(torch.as_tensor(obs["rgb"]).shape[0]))
+        pre, state = self.prefix(obs, prompt)
+        b, arch = state.shape[0], self.model.arch
+        shape = (b, arch.chunk_size, arch.max_action_dim)
+        if deterministic:
+            x0 = torch.zeros(shape, device=state.device)
+            res = sample(self.model, pre, state, x0, SamplerConfig("ode"), self.log_prob_mask(), return_latents=return_latents)
+        else:
+            x0 = torch.randn(shape, device=state.device)
+            res = sample(self.model, pre, state, x0, self.sampler, self.log_prob_mask(), self.noise_head,
+                         return_latents=return_latents)
+        extras = {"path": res.path, "step": res.step, "prompt_ids": prompt[0], "prompt_mask": prompt[1]}
+        if res.latents is not None:
+            extras["latents"] = res.latents
+        value = self.value_head(pre.pooled.float()).squeeze(-1)
+        return PolicyOutput(actions=self._unnormalize(res.actions[:, : self.exec_steps]), log_prob=res.log_prob,
+                            value=value, extras=extras)
+
+    def evaluate(self, obs: dict[str, Any], extras: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
+        logp, ent = path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
+                                  self.log_prob_mask(), self.noise_head)
+        return logp, ent, self.value_head(pre.pooled.float()).squeeze(-1)
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        pre, _ = self.prefix(obs)
+        return self.value_head(pre.pooled.float()).squeeze(-1)
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the critic (PPO may give them their own learning rate)."""
+        return list(self.value_head.parameters())
+
+    def imitation_loss(self, obs: dict[str, Any], actions: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Flow-matching loss of demo chunks ``actions`` (B, T', A) in env units (T' <= chunk; ``valid``
+        (B, T') marks real steps, e.g. not past the episode's end); padding dims are excluded."""
+        pre, state = self.prefix(obs)
+        arch = self.model.arch
+        a = torch.as_tensor(actions, dtype=torch.float32, device=state.device)
+        if a.ndim == 2:
+            a = a[:, None]
+        if a.shape[1] > arch.chunk_size or a.shape[-1] != self.action_dim:
+            raise ValueError(f"demo actions {tuple(a.shape)} do not fit chunks of {arch.chunk_size} x {self.action_dim}")
+        target = torch.zeros(a.shape[0], arch.chunk_size, arch.max_action_dim, device=state.device)
+        target[:, : a.shape[1]] = self.normalize_actions(a)
+        mask = torch.zeros_like(target)
+        rows = torch.ones(a.shape[:2], device=state.device) if valid is None else torch.as_tensor(valid, dtype=torch.float32)
+        mask[:, : a.shape[1], : self.action_dim] = rows.to(state.device)[..., None]
+        return self.model.flow_matching_loss(pre, state, target, mask)
+
+    def reset(self, env_ids: Any = None) -> None:
+        """Stateless: the VecEnv executes each chunk; nothing to clear."""
