@@ -7,6 +7,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -77,3 +78,18 @@ def test_eval_over_ros2_matches_direct_eval(bc_config, tmp_path, need_maniskill)
     assert r["episodes"] == 1 and r["via"].startswith("ros2") and not r["rejected"]
     assert r["successes"] == d["successes"]
     assert abs(r["mean_return"] - d["mean_return"]) < 1e-3 * max(1.0, abs(d["mean_return"])), (d, r)
+
+
+def test_demo_chunks_for_chunk_policies():
+    from robo_rl.data.episodes import Episode
+    from robo_rl.runners.offline import flatten
+
+    acts = np.arange(6, dtype=np.float32).reshape(3, 2)  # 3 steps, 2-D actions
+    ep = Episode({"state": np.zeros((4, 1), np.float32)}, acts, np.zeros(3, np.float32), np.array([0, 0, 1], bool))
+    d = flatten([ep], ["state"], horizon=2)
+    assert d.actions.shape == (3, 2, 2) and d.valid.tolist() == [[True, True], [True, True], [True, False]]
+    np.testing.assert_array_equal(d.actions[1], acts[1:3])
+    np.testing.assert_array_equal(d.actions[2, 0], acts[2])
+    np.testing.assert_array_equal(d.step_actions, acts)
+    obs, chunk, valid = d.batch(np.array([2]))
+    assert chunk.shape == (1, 2, 2) and valid.tolist() == [[True, False]]

@@ -1,6 +1,9 @@
 """Behaviour cloning / SFT over the ``Policy`` contract: maximize the log-likelihood of expert
 actions. The policy turns expert actions into what its ``evaluate`` scores (``extras_for_actions``:
-action tokens for a token VLA, the raw action for a Gaussian policy), so this file knows no model."""
+action tokens for a token VLA, the raw action for a Gaussian policy), so this file knows no model.
+A policy whose likelihood is intractable (a flow-matching VLA) brings its own ``imitation_loss(obs,
+actions, valid)`` instead (its training objective, e.g. the flow-matching loss on action chunks);
+then the reported "nll" is that loss."""
 
 from __future__ import annotations
 
@@ -66,15 +69,18 @@ class BC:
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.generator = generator
 
-    def loss(self, obs: dict[str, Any], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean NLL, mean entropy) of expert actions (B, A) given obs (B, ...)."""
+    def loss(self, obs: dict[str, Any], actions: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean NLL, mean entropy) of expert actions (B, A), or chunks (B, H, A) with ``valid`` (B, H),
+        given obs (B, ...)."""
+        if hasattr(self.policy, "imitation_loss"):
+            return self.policy.imitation_loss(obs, actions, valid), torch.zeros(())
         extras = self.policy.extras_for_actions(obs, actions)
         log_prob, entropy, _ = self.policy.evaluate(obs, extras)
         return -log_prob.mean(), entropy.mean()
 
-    def update(self, batch: tuple[dict[str, Any], torch.Tensor]) -> dict[str, float]:
-        obs, actions = batch
-        nll, entropy = self.loss(obs, actions)
+    def update(self, batch: tuple[Any, ...]) -> dict[str, float]:
+        """``batch`` = (obs, actions) or (obs, action chunks, valid)."""
+        nll, entropy = self.loss(*batch)
         self.optimizer.zero_grad(set_to_none=True)
         nll.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],

@@ -26,16 +26,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DemoArrays:
-    """Flat transitions: obs[k] (N, ...), actions (N, A), instruction list[str] (N)."""
+    """Flat transitions: obs[k] (N, ...), actions (N, A) or chunks (N, H, A) with ``valid`` (N, H)
+    (False past the episode's end), instruction list[str] (N)."""
 
     obs: dict[str, np.ndarray]
     actions: np.ndarray
     instruction: list[str]
+    valid: np.ndarray | None = None
 
-    def batch(self, idx: np.ndarray) -> tuple[dict[str, Any], torch.Tensor]:
+    def batch(self, idx: np.ndarray) -> tuple[Any, ...]:
         obs: dict[str, Any] = {k: torch.from_numpy(v[idx]) for k, v in self.obs.items()}
         obs["instruction"] = [self.instruction[i] for i in idx]
-        return obs, torch.from_numpy(self.actions[idx])
+        if self.valid is None:
+            return obs, torch.from_numpy(self.actions[idx])
+        return obs, torch.from_numpy(self.actions[idx]), torch.from_numpy(self.valid[idx])
+
+    @property
+    def step_actions(self) -> np.ndarray:
+        """(M, A) every demonstrated action once (for statistics)."""
+        return self.actions if self.valid is None else self.actions[:, 0]
 
 
 def load_demos(path: str, obs_keys: list[str], only_success: bool, max_episodes: int | None) -> tuple[list[Any], dict[str, Any]]:
@@ -54,11 +63,21 @@ def load_demos(path: str, obs_keys: list[str], only_success: bool, max_episodes:
     return eps, meta
 
 
-def flatten(eps: list[Any], obs_keys: list[str]) -> DemoArrays:
+def flatten(eps: list[Any], obs_keys: list[str], horizon: int = 1) -> DemoArrays:
+    """One row per demonstrated step; with ``horizon`` H > 1 the row's target is the chunk of the
+    next H actions (zero-padded past the episode's end, where ``valid`` is False)."""
     obs = {k: np.concatenate([ep.obs[k][:-1] for ep in eps]) for k in obs_keys}
-    actions = np.concatenate([ep.actions for ep in eps]).astype(np.float32)
     instruction = [ep.instruction for ep in eps for _ in range(ep.length)]
-    return DemoArrays(obs, actions, instruction)
+    if horizon <= 1:
+        return DemoArrays(obs, np.concatenate([ep.actions for ep in eps]).astype(np.float32), instruction)
+    chunks, valid = [], []
+    for ep in eps:
+        t, a = ep.length, ep.actions.astype(np.float32)
+        padded = np.concatenate([a, np.zeros((horizon, a.shape[1]), np.float32)])
+        idx = np.arange(t)[:, None] + np.arange(horizon)[None]
+        chunks.append(padded[idx])
+        valid.append(idx < t)
+    return DemoArrays(obs, np.concatenate(chunks), instruction, np.concatenate(valid))
 
 
 class OfflineTrainer:
@@ -103,22 +122,23 @@ class OfflineTrainer:
                                   f"{env.obs_spec[k].shape} (match env.image_size to the demos)")
         order = rng.permutation(len(eps))
         n_val = int(round(len(eps) * ac.val_fraction)) if len(eps) > 1 else 0
-        val = flatten([eps[i] for i in order[:n_val]], keys) if n_val else None
-        train = flatten([eps[i] for i in order[n_val:]], keys)
-        del eps
         policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
+        horizon = int(getattr(policy, "action_horizon", 1))  # chunk policies learn whole chunks
+        val = flatten([eps[i] for i in order[:n_val]], keys, horizon) if n_val else None
+        train = flatten([eps[i] for i in order[n_val:]], keys, horizon)
+        del eps
         if rc.init_from:
             from robo_rl.runners.train import load_policy_weights
 
             load_policy_weights(policy, rc.init_from)
         else:
-            if hasattr(policy, "update_normalizer"):  # input statistics of the demonstrations
-                policy.update_normalizer({k: torch.from_numpy(v) for k, v in train.obs.items() if k == "state"})
-            if hasattr(policy, "set_norm_stats"):
-                from vla.openvla.tokenizer import NormStats
-
-                mask = None if ac.norm_mask == "all_but_last" else (True,) * train.actions.shape[1]
-                policy.set_norm_stats(NormStats.from_actions(train.actions, mask))
+            states = {k: torch.from_numpy(v) for k, v in train.obs.items() if k == "state"}
+            if hasattr(policy, "fit_state_stats") and states:  # fixed input statistics of the demonstrations
+                policy.fit_state_stats(states["state"])
+            elif hasattr(policy, "update_normalizer"):  # running input statistics, seeded by the demonstrations
+                policy.update_normalizer(states)
+            if hasattr(policy, "fit_action_stats"):  # output statistics (token bins, flow normalization)
+                policy.fit_action_stats(train.step_actions, keep_last=ac.norm_mask == "all_but_last")
         algo = build_algorithm(ac, policy)
         n = train.actions.shape[0]
         total = max(1, int(ac.epochs * n / ac.batch_size))

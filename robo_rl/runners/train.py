@@ -199,7 +199,7 @@ class Trainer:
                             self.policy.reset(np.flatnonzero(done))
                         obs = res.obs
                         tobs = obs_to_torch(obs)
-                        st.env_steps += b
+                        st.env_steps += int(res.info["chunk_steps"].sum()) if "chunk_steps" in res.info else b
                     batch = buffer.finish(self.policy.value(tobs), gamma, lam,
                                           getattr(cfg.algo, "bootstrap_on_terminated", False))
                 self.policy.train()

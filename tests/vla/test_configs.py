@@ -22,3 +22,12 @@ def test_7b_configs_dry_run(name, sim, request):
     assert 7500 < out["params_millions"] < 7700  # OpenVLA-7B: Llama-2-7B + DINOv2-L + SigLIP-SO400M + projector
     assert out["trainable_millions"] < 300  # LoRA rank 32 + value head
     assert out["env"]["action_spec"] == [7]
+
+
+@pytest.mark.parametrize("name,sim,cams", [("pi0_ppo_maniskill.yaml", "maniskill", 1), ("pi0_ppo_libero.yaml", "libero", 2)])
+def test_pi0_configs_dry_run(name, sim, cams, request):
+    request.getfixturevalue(f"need_{sim}")
+    out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
+    assert out["dry_run"] == "ok" and out["algo_built"] == "PPO" and out["policy"] == "pi0"
+    assert 3200 < out["params_millions"] < 3700  # pi0: PaliGemma-3B prefix (SigLIP + Gemma 2B) + Gemma 300M expert
+    assert out["env"]["obs_spec"]["rgb"][:1] == [cams]

@@ -27,14 +27,10 @@ from robo_rl.errors import ConfigError
 from robo_rl.rollout.normalize import RunningMeanStd
 from vla.openvla.decode import batch_decode, teacher_forced
 from vla.openvla.model import ARCH_PRESETS, OpenVLAModel, VLAArch
-from vla.openvla.text import ByteTokenizer, TextTokenizer
+from vla.openvla.text import ByteTokenizer, PromptTooLong, TextTokenizer
 from vla.openvla.tokenizer import NormStats
 
 log = logging.getLogger(__name__)
-
-
-class PromptTooLong(ValueError):
-    """An instruction tokenizes to more tokens than the prompt budget."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +173,11 @@ class OpenVLAPolicy(nn.Module):
         self.q01.copy_(torch.tensor(stats.q01))
         self.q99.copy_(torch.tensor(stats.q99))
         self.norm_mask.copy_(torch.tensor(stats.mask))
+
+    def fit_action_stats(self, actions: np.ndarray, keep_last: bool = False) -> None:
+        """Action bins from demonstrations (M, A): q01/q99 per dim (all dims, or all but the last
+        (gripper) when ``keep_last``, as OpenVLA does for datasets whose gripper is already in [-1, 1])."""
+        self.set_norm_stats(NormStats.from_actions(actions, None if keep_last else (True,) * actions.shape[1]))
 
     def value_parameters(self) -> list[nn.Parameter]:
         """Parameters of the critic (PPO may give them their own learning rate)."""

@@ -6,6 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from robo_rl.errors import ConfigError
+
+
+class PromptTooLong(ConfigError):
+    """An instruction tokenizes to more tokens than the prompt budget (never silently truncated)."""
+
 
 class TextTokenizer(Protocol):
     def encode(self, text: str) -> list[int]:

@@ -93,8 +93,8 @@ class Pi0Arch:
 ARCH_PRESETS: dict[str, Pi0Arch] = {
     # unit tests: 16 image tokens, 2 layers, ~0.2 M parameters
     "tiny": Pi0Arch(32, 8, 32, 2, 2, 64, 64, 2, 2, 1, 32, 128, 512, 32, 64, 2, 4, 8, 8, 4),
-    # CPU training at low resolution: 64 px -> 64 image tokens, 4 layers, ~2 M parameters
-    "small": Pi0Arch(64, 8, 128, 4, 4, 256, 192, 4, 4, 1, 48, 512, 512, 96, 256, 2, 8, 32, 8, 5),
+    # CPU training: 128 px in 32 px patches -> 16 image tokens, 3-layer prefix, chunks of 8
+    "small": Pi0Arch(128, 32, 128, 2, 4, 256, 128, 3, 4, 1, 32, 256, 512, 64, 128, 2, 8, 32, 8, 5),
     # pi0: SigLIP So400m/14 at 224 + Gemma 2B prefix, Gemma 300M action expert, 50-step chunks, 32-D padding
     "pi0": Pi0Arch(224, 14, 1152, 27, 16, 4304, 2048, 18, 8, 1, 256, 16384, 257152, 1024, 4096, 8, 50, 32, 32, 10),
 }
