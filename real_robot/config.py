@@ -8,7 +8,8 @@ from typing import Literal
 from real_robot.safety import SafetyConfig
 from robo_rl.errors import ConfigError
 
-COMMAND_TYPES = ("std_msgs/msg/Float64MultiArray", "trajectory_msgs/msg/JointTrajectory")
+TWIST = "geometry_msgs/msg/TwistStamped"
+COMMAND_TYPES = ("std_msgs/msg/Float64MultiArray", "trajectory_msgs/msg/JointTrajectory", TWIST)
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,16 @@ class RobotConfig:
     command_topic: str = "/forward_position_controller/commands"
     """Where joint commands go."""
     command_type: str = "std_msgs/msg/Float64MultiArray"
-    """Float64MultiArray (ros2_control forward command controller) or JointTrajectory."""
-    action_mode: Literal["absolute_joint", "delta_joint", "passthrough"] = "absolute_joint"
+    """Float64MultiArray (ros2_control forward command controller), JointTrajectory, or TwistStamped
+    (an end-effector velocity controller, e.g. MoveIt Servo; needs action_mode ee_twist)."""
+    action_mode: Literal["absolute_joint", "delta_joint", "passthrough", "ee_twist"] = "absolute_joint"
     """How a policy action maps to the command: a joint target as is, a delta added to the measured
-    position, or the raw action in the controller's own units (the safety limits are then in those
-    units; for a simulated robot running the policy's training controller)."""
+    position, the raw action in the controller's own units (the safety limits are then in those
+    units; for a simulated robot running the policy's training controller), or an end-effector twist
+    (vx, vy, vz in m/s, wx, wy, wz in rad/s; the safety limits then bound these 6 values, max_velocity
+    bounds their change per second, and a hold is the zero twist)."""
+    twist_frame: str = "base_link"
+    """frame_id of TwistStamped commands."""
     control_rate_hz: float = 30.0
     """Command rate (Hz)."""
     default_instruction: str = "complete the task"
@@ -64,10 +70,22 @@ class RobotConfig:
     """``robo-rl deploy`` waits this long for every input (joints, cameras, state) to deliver a valid
     message before it starts commanding; then fails naming what is missing."""
 
+    @property
+    def command_dim(self) -> int:
+        """Length of one command: 6 for a twist, else one per joint."""
+        return 6 if self.action_mode == "ee_twist" else len(self.joint_names)
+
     def __post_init__(self) -> None:
         if self.command_type not in COMMAND_TYPES:
             raise ConfigError(f"robot config 'command_type' = {self.command_type!r}; allowed: {', '.join(COMMAND_TYPES)}")
-        if len(self.safety.position_lower) != len(self.joint_names):
+        if (self.command_type == TWIST) != (self.action_mode == "ee_twist"):
+            raise ConfigError(f"robot config: command_type {self.command_type} with action_mode {self.action_mode!r}; "
+                              f"TwistStamped commands go with action_mode ee_twist and only with it")
+        if self.action_mode == "ee_twist":
+            if len(self.safety.position_lower) != 6:
+                raise ConfigError(f"robot config with action_mode ee_twist needs 6 safety limits (vx, vy, vz, wx, wy, wz), "
+                                  f"got {len(self.safety.position_lower)}")
+        elif len(self.safety.position_lower) != len(self.joint_names):
             raise ConfigError(f"robot config has {len(self.joint_names)} joint_names but safety limits for "
                               f"{len(self.safety.position_lower)} joints")
         if self.control_rate_hz <= 0:

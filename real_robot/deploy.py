@@ -20,7 +20,11 @@ log = logging.getLogger(__name__)
 def check_fit(robot: RobotConfig, obs_spec: dict[str, list[int]], action_shape: list[int]) -> None:
     """One-line ConfigError if the policy's spaces do not fit the robot."""
     j = len(robot.joint_names)
-    if action_shape[-1] != j:
+    if robot.action_mode == "ee_twist":
+        if action_shape[-1] != 6:
+            raise ConfigError(f"the policy outputs {action_shape[-1]}-D actions but robot '{robot.name}' takes 6-D "
+                              "end-effector twists (action_mode ee_twist)")
+    elif action_shape[-1] != j:
         raise ConfigError(f"the policy outputs {action_shape[-1]}-D actions but robot '{robot.name}' has {j} joints "
                           f"({', '.join(robot.joint_names)})")
     if "state" in obs_spec and robot.state_source == "joints" and obs_spec["state"][-1] != 2 * j:

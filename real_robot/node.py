@@ -45,7 +45,7 @@ class PolicyNode:
         self.policy = policy
         self.transport = transport
         self.clock = clock
-        self.safety = SafetyFilter(robot.safety)
+        self.safety = SafetyFilter(robot.safety, hold_zero=robot.action_mode == "ee_twist")
         self.rejected: Counter[str] = Counter()
         self.sent = 0
         self._lock = threading.Lock()
@@ -214,7 +214,7 @@ class PolicyNode:
             self.rejected["policy_error"] += 1
             log.error("policy raised %s: %s", type(err).__name__, err)
             self._queue.clear()
-            self._queue.append(np.full(len(self.robot.joint_names), np.nan))
+            self._queue.append(np.full(self.robot.command_dim, np.nan))
             return False
         for a in np.atleast_2d(actions):
             self._queue.append(a)
@@ -230,7 +230,11 @@ class PolicyNode:
         q = self._joints[0]
         action = self._queue.popleft() if self._queue else None
         target: np.ndarray | None
-        if self.robot.action_mode == "passthrough":
+        if self.robot.action_mode == "ee_twist":
+            # velocity commands: the reference for the change limit is the last twist sent (zero at start)
+            q = np.zeros(6)
+            target = np.zeros(6) if action is None else action
+        elif self.robot.action_mode == "passthrough":
             # raw controller actions (e.g. joint deltas): no memory between steps, a hold is the zero action
             self.safety.last = None
             q = np.zeros_like(q)
@@ -251,6 +255,8 @@ class PolicyNode:
         now = time.time()
         if self.robot.command_type == "std_msgs/msg/Float64MultiArray":
             msg = m.float64_array(command)
+        elif self.robot.action_mode == "ee_twist":
+            msg = m.twist_stamped(command[:3], command[3:], now, self.robot.twist_frame)
         else:
             msg = m.joint_trajectory(list(self.robot.joint_names), command[None], 1.0 / self.robot.control_rate_hz, now)
         cdr = m.serialize(msg, self.robot.command_type)
@@ -282,11 +288,13 @@ class PolicyNode:
             t.start()
 
     def stop(self) -> None:
-        """Stop the loops and send one hold command (the last safe target)."""
+        """Stop the loops and send one hold command (the last safe target; a zero twist for velocity control)."""
         self._stop.set()
         for t in self._threads:
             t.join(timeout=2.0)
-        if self.safety.last is not None:
+        if self.safety.hold_zero:
+            self._publish(np.zeros(self.robot.command_dim))  # velocity control: stop
+        elif self.safety.last is not None:
             self._publish(self.safety.last)
         for s in self._subs:
             s.close()

@@ -6,8 +6,9 @@ Order of checks per control step (the first that fires decides; clamps compose):
 the last sent command to ``min(max_delta, max_velocity / rate)`` per joint (position limits still
 win when the robot is measured outside them); 6. if a forward-kinematics
 function is given, a target whose end effector leaves the workspace box -> hold.
-"Hold" re-sends the last safe command (or the measured position before any command was sent). Every
-intervention is counted by kind and logged.
+"Hold" re-sends the last safe command (or the measured position before any command was sent); for
+velocity commands (``hold_zero``) a hold is the zero command, i.e. stop. Every intervention is
+counted by kind and logged.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ class Decision:
 class SafetyFilter:
     """Stateful filter: remembers the last command sent and the e-stop latch."""
 
-    def __init__(self, cfg: SafetyConfig, fk: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+    def __init__(self, cfg: SafetyConfig, fk: Callable[[np.ndarray], np.ndarray] | None = None,
+                 hold_zero: bool = False) -> None:
         self.cfg = cfg
         self.fk = fk
+        self.hold_zero = hold_zero
         self.lo = np.asarray(cfg.position_lower, np.float64)
         self.hi = np.asarray(cfg.position_upper, np.float64)
         self.step_limit = np.minimum(cfg.max_delta, np.asarray(cfg.max_velocity, np.float64) / cfg.control_rate_hz)
@@ -85,7 +88,10 @@ class SafetyFilter:
         for k in kinds:
             self.counts[k] += 1
         log.warning("safety hold (%s)", ", ".join(kinds))
-        cmd = self.last if self.last is not None else np.clip(measured, self.lo, self.hi)
+        if self.hold_zero:
+            cmd = np.clip(np.zeros_like(self.lo), self.lo, self.hi)
+        else:
+            cmd = self.last if self.last is not None else np.clip(measured, self.lo, self.hi)
         self.last = cmd
         return Decision(cmd.copy(), True, tuple(kinds))
 

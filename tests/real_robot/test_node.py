@@ -15,6 +15,7 @@ from real_robot.config import load_robot
 from real_robot.node import PolicyNode
 from real_robot.transport import make_transport
 from robo_rl.contracts import PolicyOutput
+from robo_rl.errors import ConfigError
 
 ROBOT = load_robot("configs/robots/panda_sim.yaml")
 J = len(ROBOT.joint_names)
@@ -204,3 +205,43 @@ def test_startup_names_type_mismatches_and_missing_inputs_before_any_command():
                                           "subscribes to it as std_msgs/msg/Bool"):
         node.wait_ready(5.0)
     assert not sent and node.sent == 0
+
+
+def test_twist_commands_are_bounded_and_hold_is_a_stop():
+    robot = load_robot("configs/robots/panda_servo_twist.yaml")
+    tr = make_transport("inprocess")
+    clock = Clock()
+    node = PolicyNode(robot, StubPolicy(np.array([1.0, -1.0, 0.05, 0.0, 0.0, 9.0])), tr, clock=clock)
+    sent = []
+    tr.subscribe(robot.command_topic, robot.command_type,
+                 lambda raw, t: sent.append(m.deserialize(raw, robot.command_type)))
+    js = tr.publisher(robot.joint_states_topic, "sensor_msgs/msg/JointState")
+    cam = tr.publisher(robot.cameras[0].topic, "sensor_msgs/msg/Image")
+    js.publish(m.serialize(m.joint_state(list(robot.joint_names), np.zeros(J), None, 0.0), "sensor_msgs/msg/JointState"))
+    cam.publish(m.serialize(m.image(np.zeros((224, 224, 3), np.uint8), 0.0), "sensor_msgs/msg/Image"))
+    step = np.minimum(robot.safety.max_delta, np.array(robot.safety.max_velocity) / robot.control_rate_hz)
+    twists = []
+    for _ in range(8):
+        node.infer_once()
+        node.control_tick()
+        tw = sent[-1].twist
+        twists.append([tw.linear.x, tw.linear.y, tw.linear.z, tw.angular.x, tw.angular.y, tw.angular.z])
+    assert sent[-1].header.frame_id == "panda_link0"
+    t = np.array(twists)
+    np.testing.assert_allclose(t[0], np.clip([1.0, -1.0, 0.05, 0.0, 0.0, 9.0], -step, step))  # ramped from rest
+    np.testing.assert_allclose(t[-1], [0.2, -0.2, 0.05, 0.0, 0.0, 0.6])  # then clamped to the limits
+    assert (np.abs(np.diff(t, axis=0)) <= step + 1e-12).all()
+    clock.t += 1.0  # stale data: the hold is a stop, not the last twist
+    d = node.control_tick()
+    assert d.held and np.array_equal(d.command, np.zeros(6))
+    with pytest.raises(ConfigError, match="takes 6-D end-effector twists"):
+        from real_robot.deploy import check_fit
+
+        check_fit(robot, {"rgb": [1, 224, 224, 3]}, [J])
+
+
+def test_twist_command_type_needs_the_twist_action_mode(tmp_path):
+    bad = tmp_path / "r.yaml"
+    bad.write_text(open("configs/robots/panda_servo_twist.yaml").read().replace("action_mode: ee_twist", "action_mode: absolute_joint"))
+    with pytest.raises(ConfigError, match="TwistStamped commands go with action_mode ee_twist"):
+        load_robot(str(bad))
