@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -22,7 +23,7 @@ from torch import nn
 
 from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
-from vla.openvla.text import ByteTokenizer, TextTokenizer
+from vla.openvla.text import ByteTokenizer, PromptTooLong, TextTokenizer
 from vla.pi0.model import ARCH_PRESETS, Pi0Arch, Pi0Model, Prefix
 from vla.pi0.sampling import NoiseHead, SamplerConfig, path_log_prob, sample
 
@@ -38,6 +39,8 @@ class Pi0PolicyConfig:
     """Architecture preset for a random-init model (used when ``checkpoint`` is null)."""
     checkpoint: str | None = None
     """Local directory: transformers PI0, openpi or LeRobot pi0 layout, or one written by robo-rl."""
+    norm_asset_id: str | None = None
+    """openpi checkpoints: which ``assets/<asset_id>/norm_stats.json`` to use (needed when there are several)."""
     cameras: tuple[int, ...] = (0,)
     """Which cameras of ``obs['rgb']`` (V axis) the model sees, in its camera order."""
     exec_steps: int | None = None
@@ -81,13 +84,13 @@ class Pi0Policy(nn.Module):
             if cfg.checkpoint is not None:
                 from vla.pi0.checkpoint import load_pretrained
 
-                loaded = load_pretrained(cfg.checkpoint)
+                loaded = load_pretrained(cfg.checkpoint, asset_id=cfg.norm_asset_id)
                 model, text_tokenizer = loaded.model, loaded.text_tokenizer
-                norm = loaded.norm
+                norm, heads = loaded.norm, loaded.heads
             else:
-                model, norm = Pi0Model(ARCH_PRESETS[cfg.arch]), None
+                model, norm, heads = Pi0Model(ARCH_PRESETS[cfg.arch]), None, None
         else:
-            norm = None
+            norm, heads = None, None
         self.model = model
         arch: Pi0Arch = model.arch
         self.text = text_tokenizer or ByteTokenizer()
@@ -125,6 +128,10 @@ class Pi0Policy(nn.Module):
         self.value_head = nn.Sequential(nn.Linear(arch.lm_hidden, cfg.value_hidden), nn.GELU(), nn.Linear(cfg.value_hidden, 1))
         nn.init.zeros_(self.value_head[2].weight)
         nn.init.zeros_(self.value_head[2].bias)
+        if heads:
+            from vla.pi0.checkpoint import load_heads
+
+            load_heads(self, heads, cfg.checkpoint)
         if cfg.freeze_vision:
             self.model.hf.model.vlm.vision_tower.requires_grad_(False)
         self._prompt_cache: dict[str, list[int]] = {}
@@ -142,6 +149,25 @@ class Pi0Policy(nn.Module):
             if v.numel() > buf.numel():
                 raise ConfigError(f"norm stats '{name}' have {v.numel()} entries; the model has {buf.numel()} dims")
             buf[: v.numel()] = v.clamp_min(1e-6) if name.endswith("std") else v
+
+    @property
+    def action_horizon(self) -> int:
+        """Chunk length T the model predicts (SFT targets are chunks of T demo actions)."""
+        return self.model.arch.chunk_size
+
+    def fit_state_stats(self, states: Any) -> None:
+        """Mean/std of demonstration states (M, S), kept fixed afterwards (PPO does not move them)."""
+        s = torch.as_tensor(states, dtype=torch.float64)
+        self.set_norm_stats(state_mean=s.mean(0).float(), state_std=s.std(0).float())
+
+    def fit_action_stats(self, actions: Any, keep_last: bool = False) -> None:
+        """Mean/std of demonstration actions (M, A) (MEAN_STD, as LeRobot's pi0); ``keep_last``
+        leaves the last dim (the gripper) un-normalized."""
+        a = torch.as_tensor(np.asarray(actions), dtype=torch.float64)
+        mean, std = a.mean(0), a.std(0)
+        if keep_last:
+            mean[-1], std[-1] = 0.0, 1.0
+        self.set_norm_stats(action_mean=mean.float(), action_std=std.float())
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """(..., A) env units -> (..., A_max) normalized, zero-padded."""
@@ -185,7 +211,7 @@ class Pi0Policy(nn.Module):
             bos = getattr(getattr(self.text, "tok", None), "bos_token_id", None)
             ids = [1 if bos is None else int(bos), *self.text.encode(instruction), *self.text.encode("\n")]
             if len(ids) > self.cfg.max_prompt_tokens:
-                raise ValueError(f"instruction {instruction!r} needs {len(ids)} prompt tokens but "
+                raise PromptTooLong(f"instruction {instruction!r} needs {len(ids)} prompt tokens but "
                                  f"policy.max_prompt_tokens = {self.cfg.max_prompt_tokens}; raise it")
             self._prompt_cache[instruction] = ids
         return ids
@@ -274,6 +300,13 @@ class Pi0Policy(nn.Module):
         rows = torch.ones(a.shape[:2], device=state.device) if valid is None else torch.as_tensor(valid, dtype=torch.float32)
         mask[:, : a.shape[1], : self.action_dim] = rows.to(state.device)[..., None]
         return self.model.flow_matching_loss(pre, state, target, mask)
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """Write model, norm stats, heads and tokenizer as a robo-rl pi0 directory (atomically); load it
+        back with ``Pi0PolicyConfig(checkpoint=path)``."""
+        from vla.pi0.checkpoint import save_pretrained
+
+        return save_pretrained(self, path)
 
     def reset(self, env_ids: Any = None) -> None:
         """Stateless: the VecEnv executes each chunk; nothing to clear."""
