@@ -15,54 +15,9 @@ import pytest
 
 pytest.importorskip("cyclonedds")
 
-LOOPBACK = '<CycloneDDS><Domain><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces></General></Domain></CycloneDDS>'
+from tests.real_robot.ros2_idl import IDL_TYPES, LOOPBACK  # noqa: E402
 
-PEER = r'''
-import json, sys, time
-from dataclasses import dataclass
-from cyclonedds.domain import DomainParticipant
-from cyclonedds.topic import Topic
-from cyclonedds.pub import DataWriter
-from cyclonedds.sub import DataReader
-from cyclonedds.core import Qos, Policy
-from cyclonedds.util import duration
-from cyclonedds.idl import IdlStruct
-from cyclonedds.idl import types as t
-
-@dataclass
-class Time(IdlStruct, typename="builtin_interfaces::msg::dds_::Time_"):
-    sec: t.int32
-    nanosec: t.uint32
-
-@dataclass
-class Header(IdlStruct, typename="std_msgs::msg::dds_::Header_"):
-    stamp: Time
-    frame_id: str
-
-@dataclass
-class JointState(IdlStruct, typename="sensor_msgs::msg::dds_::JointState_"):
-    header: Header
-    name: t.sequence[str]
-    position: t.sequence[t.float64]
-    velocity: t.sequence[t.float64]
-    effort: t.sequence[t.float64]
-
-@dataclass
-class MultiArrayDimension(IdlStruct, typename="std_msgs::msg::dds_::MultiArrayDimension_"):
-    label: str
-    size: t.uint32
-    stride: t.uint32
-
-@dataclass
-class MultiArrayLayout(IdlStruct, typename="std_msgs::msg::dds_::MultiArrayLayout_"):
-    dim: t.sequence[MultiArrayDimension]
-    data_offset: t.uint32
-
-@dataclass
-class Float64MultiArray(IdlStruct, typename="std_msgs::msg::dds_::Float64MultiArray_"):
-    layout: MultiArrayLayout
-    data: t.sequence[t.float64]
-
+PEER = IDL_TYPES + r'''
 qos = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10), Policy.Durability.Volatile)
 dp = DomainParticipant(int(sys.argv[1]))
 w = DataWriter(dp, Topic(dp, "rt/joint_states", JointState), qos=qos)

@@ -23,71 +23,9 @@ pytest.importorskip("cyclonedds")
 
 from real_robot.config import load_robot  # noqa: E402
 from robo_rl.contracts import PolicyOutput  # noqa: E402
+from tests.real_robot.ros2_idl import IDL_TYPES, LOOPBACK  # noqa: E402
 
-LOOPBACK = ('<CycloneDDS><Domain><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces>'
-            '<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>'
-            '</Discovery></Domain></CycloneDDS>')
-
-ROBOT_PROCESS = r'''
-import json, sys, threading, time
-from dataclasses import dataclass
-from cyclonedds.core import Listener, Policy, Qos
-from cyclonedds.domain import DomainParticipant
-from cyclonedds.idl import IdlStruct
-from cyclonedds.idl import types as t
-from cyclonedds.pub import DataWriter
-from cyclonedds.sub import DataReader
-from cyclonedds.topic import Topic
-from cyclonedds.util import duration
-
-@dataclass
-class Time(IdlStruct, typename="builtin_interfaces::msg::dds_::Time_"):
-    sec: t.int32
-    nanosec: t.uint32
-
-@dataclass
-class Header(IdlStruct, typename="std_msgs::msg::dds_::Header_"):
-    stamp: Time
-    frame_id: str
-
-@dataclass
-class JointState(IdlStruct, typename="sensor_msgs::msg::dds_::JointState_"):
-    header: Header
-    name: t.sequence[str]
-    position: t.sequence[t.float64]
-    velocity: t.sequence[t.float64]
-    effort: t.sequence[t.float64]
-
-@dataclass
-class Image(IdlStruct, typename="sensor_msgs::msg::dds_::Image_"):
-    header: Header
-    height: t.uint32
-    width: t.uint32
-    encoding: str
-    is_bigendian: t.uint8
-    step: t.uint32
-    data: t.sequence[t.byte]
-
-@dataclass
-class Bool(IdlStruct, typename="std_msgs::msg::dds_::Bool_"):
-    data: bool
-
-@dataclass
-class MultiArrayDimension(IdlStruct, typename="std_msgs::msg::dds_::MultiArrayDimension_"):
-    label: str
-    size: t.uint32
-    stride: t.uint32
-
-@dataclass
-class MultiArrayLayout(IdlStruct, typename="std_msgs::msg::dds_::MultiArrayLayout_"):
-    dim: t.sequence[MultiArrayDimension]
-    data_offset: t.uint32
-
-@dataclass
-class Float64MultiArray(IdlStruct, typename="std_msgs::msg::dds_::Float64MultiArray_"):
-    layout: MultiArrayLayout
-    data: t.sequence[t.float64]
-
+ROBOT_PROCESS = IDL_TYPES + r'''
 domain, spec = int(sys.argv[1]), json.loads(sys.argv[2])
 names, q = spec["names"], list(spec["q0"])
 reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10), Policy.Durability.Volatile)
@@ -190,7 +128,8 @@ def test_watchdog_estop_limits_and_bad_messages_against_a_dds_robot_process(tmp_
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     lo, hi = np.array(robot.safety.position_lower), np.array(robot.safety.position_upper)
     policy = OutOfRangePolicy(len(robot.joint_names))
-    node = PolicyNode(robot, policy, make_transport("cyclonedds", domain))
+    transport = make_transport("cyclonedds", domain)
+    node = PolicyNode(robot, policy, transport)
     node.start()
     script = tmp_path / "robot.py"
     script.write_text(ROBOT_PROCESS)
@@ -200,6 +139,7 @@ def test_watchdog_estop_limits_and_bad_messages_against_a_dds_robot_process(tmp_
                               text=True, timeout=90, env={**os.environ})
     finally:
         node.stop()
+        transport.close()
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     ev = out["events"]
@@ -250,27 +190,29 @@ def test_dds_discovery_shows_ros_type_names_and_catches_mismatches(monkeypatch):
     domain = random.randint(10, 200)
     monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK)
     ours, peer = make_transport("cyclonedds", domain), make_transport("cyclonedds", domain)
-    node = PolicyNode(robot, OutOfRangePolicy(len(robot.joint_names)), ours)
+    try:
+        node = PolicyNode(robot, OutOfRangePolicy(len(robot.joint_names)), ours)
 
-    def seen(tr, topic, kind, want):
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and want not in tr.endpoint_types(topic, kind):
-            time.sleep(0.05)
-        return tr.endpoint_types(topic, kind)
+        def seen(tr, topic, kind, want):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and want not in tr.endpoint_types(topic, kind):
+                time.sleep(0.05)
+            return tr.endpoint_types(topic, kind)
 
-    assert seen(peer, robot.command_topic, "publisher", robot.command_type) == {robot.command_type}
-    assert seen(peer, robot.joint_states_topic, "subscriber", "sensor_msgs/msg/JointState") == {"sensor_msgs/msg/JointState"}
-    js = peer.publisher(robot.joint_states_topic, "sensor_msgs/msg/JointState")
-    seen(ours, robot.joint_states_topic, "publisher", "sensor_msgs/msg/JointState")
-    js.publish(m.serialize(m.joint_state(list(robot.joint_names), np.zeros(len(robot.joint_names)), None, 0.0),
-                           "sensor_msgs/msg/JointState"))
-    with pytest.raises(ConfigError, match=r"/camera/color/image_raw \(sensor_msgs/msg/Image; no publisher\)"):
-        node.wait_ready(0.5)
-    peer.subscribe(robot.command_topic, "trajectory_msgs/msg/JointTrajectory", lambda raw, t: None)
-    seen(ours, robot.command_topic, "subscriber", "trajectory_msgs/msg/JointTrajectory")
-    with pytest.raises(ConfigError, match="controller listens on /forward_position_controller/commands for "
-                                          "trajectory_msgs/msg/JointTrajectory"):
-        node.wait_ready(5.0)
-    assert node.sent == 0
-    ours.close()
-    peer.close()
+        assert seen(peer, robot.command_topic, "publisher", robot.command_type) == {robot.command_type}
+        assert seen(peer, robot.joint_states_topic, "subscriber", "sensor_msgs/msg/JointState") == {"sensor_msgs/msg/JointState"}
+        js = peer.publisher(robot.joint_states_topic, "sensor_msgs/msg/JointState")
+        seen(ours, robot.joint_states_topic, "publisher", "sensor_msgs/msg/JointState")
+        js.publish(m.serialize(m.joint_state(list(robot.joint_names), np.zeros(len(robot.joint_names)), None, 0.0),
+                               "sensor_msgs/msg/JointState"))
+        with pytest.raises(ConfigError, match=r"/camera/color/image_raw \(sensor_msgs/msg/Image; no publisher\)"):
+            node.wait_ready(0.5)
+        peer.subscribe(robot.command_topic, "trajectory_msgs/msg/JointTrajectory", lambda raw, t: None)
+        seen(ours, robot.command_topic, "subscriber", "trajectory_msgs/msg/JointTrajectory")
+        with pytest.raises(ConfigError, match="controller listens on /forward_position_controller/commands for "
+                                              "trajectory_msgs/msg/JointTrajectory"):
+            node.wait_ready(5.0)
+        assert node.sent == 0
+    finally:  # close in this thread: cyclonedds entities finalized elsewhere can crash the process
+        ours.close()
+        peer.close()

@@ -12,7 +12,8 @@ from robo_rl.contracts import ArraySpec
 from robo_rl.errors import CheckpointError, ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
 from vla.openvla.decode import batch_decode
-from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy, PromptTooLong
+from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy
+from vla.openvla.text import PromptTooLong
 from vla.openvla.tokenizer import ActionTokenizer, NormStats
 
 SPEC = ArraySpec((7,), "float32", -1.0, 1.0)

@@ -27,7 +27,7 @@ from robo_rl.errors import ConfigError
 from robo_rl.rollout.normalize import RunningMeanStd
 from vla.openvla.decode import batch_decode, teacher_forced
 from vla.openvla.model import ARCH_PRESETS, OpenVLAModel, VLAArch
-from vla.openvla.text import ByteTokenizer, PromptTooLong, TextTokenizer
+from vla.openvla.text import ByteTokenizer, TextTokenizer, batch_instructions, check_prompt
 from vla.openvla.tokenizer import NormStats
 
 log = logging.getLogger(__name__)
@@ -208,21 +208,12 @@ class OpenVLAPolicy(nn.Module):
             ids = self.text.encode(self.cfg.prompt.format(instruction=instruction.lower()))
             if self.append_token_id is not None and (not ids or ids[-1] != self.append_token_id):
                 ids.append(self.append_token_id)
-            if len(ids) > self.cfg.max_prompt_tokens:
-                raise PromptTooLong(f"instruction {instruction!r} needs {len(ids)} prompt tokens but "
-                                    f"policy.max_prompt_tokens = {self.cfg.max_prompt_tokens}; raise it")
-            self._prompt_cache[instruction] = ids
+            self._prompt_cache[instruction] = check_prompt(instruction, ids, self.cfg.max_prompt_tokens)
         return ids
 
     def prompts(self, obs: dict[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded prompt ids and mask (B, max_prompt_tokens)."""
-        instr = obs.get("instruction")
-        if instr is None:
-            instr = [self.cfg.default_instruction] * batch
-        elif isinstance(instr, str):
-            instr = [instr] * batch
-        if len(instr) != batch:
-            raise ValueError(f"obs['instruction'] has {len(instr)} entries for a batch of {batch}")
+        instr = batch_instructions(obs, batch, self.cfg.default_instruction)
         n = self.cfg.max_prompt_tokens
         ids = torch.full((batch, n), self.model.arch.llm.pad_id, dtype=torch.long)
         mask = torch.zeros(batch, n, dtype=torch.long)

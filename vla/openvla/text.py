@@ -4,7 +4,7 @@ random-init models (ids 3..258 are bytes; 0 pad, 1 BOS, 2 EOS)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from robo_rl.errors import ConfigError
 
@@ -46,3 +46,23 @@ class HFTokenizer:
 
 def has_hf_tokenizer(path: Path) -> bool:
     return any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
+
+
+def check_prompt(instruction: str, ids: list[int], budget: int) -> list[int]:
+    """``ids`` if they fit the prompt budget, else a one-line ``PromptTooLong`` (never truncated)."""
+    if len(ids) > budget:
+        raise PromptTooLong(f"instruction {instruction!r} needs {len(ids)} prompt tokens but "
+                            f"policy.max_prompt_tokens = {budget}; raise it")
+    return ids
+
+
+def batch_instructions(obs: dict[str, Any], batch: int, default: str) -> list[str]:
+    """The B instructions of an observation (``default`` where it carries none; one string for all)."""
+    instr = obs.get("instruction")
+    if instr is None:
+        return [default] * batch
+    if isinstance(instr, str):
+        return [instr] * batch
+    if len(instr) != batch:
+        raise ValueError(f"obs['instruction'] has {len(instr)} entries for a batch of {batch}")
+    return [str(t) for t in instr]

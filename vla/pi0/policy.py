@@ -23,7 +23,7 @@ from torch import nn
 
 from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
-from vla.openvla.text import ByteTokenizer, PromptTooLong, TextTokenizer
+from vla.openvla.text import ByteTokenizer, TextTokenizer, batch_instructions, check_prompt
 from vla.pi0.model import ARCH_PRESETS, Pi0Arch, Pi0Model, Prefix
 from vla.pi0.sampling import NoiseHead, SamplerConfig, path_log_prob, sample
 
@@ -210,21 +210,12 @@ class Pi0Policy(nn.Module):
             # pi0's prompt: BOS + instruction + "\n" (Gemma's <bos> from an HF tokenizer; 1 for the byte tokenizer)
             bos = getattr(getattr(self.text, "tok", None), "bos_token_id", None)
             ids = [1 if bos is None else int(bos), *self.text.encode(instruction), *self.text.encode("\n")]
-            if len(ids) > self.cfg.max_prompt_tokens:
-                raise PromptTooLong(f"instruction {instruction!r} needs {len(ids)} prompt tokens but "
-                                 f"policy.max_prompt_tokens = {self.cfg.max_prompt_tokens}; raise it")
-            self._prompt_cache[instruction] = ids
+            self._prompt_cache[instruction] = check_prompt(instruction, ids, self.cfg.max_prompt_tokens)
         return ids
 
     def prompts(self, obs: dict[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded prompt ids and mask (B, max_prompt_tokens) (pi0 pads right)."""
-        instr = obs.get("instruction")
-        if instr is None:
-            instr = [self.cfg.default_instruction] * batch
-        elif isinstance(instr, str):
-            instr = [instr] * batch
-        if len(instr) != batch:
-            raise ValueError(f"obs['instruction'] has {len(instr)} entries for a batch of {batch}")
+        instr = batch_instructions(obs, batch, self.cfg.default_instruction)
         rows = [self._prompt(str(t)) for t in instr]
         n = self.cfg.max_prompt_tokens
         ids = torch.zeros(batch, n, dtype=torch.long)
