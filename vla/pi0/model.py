@@ -92,7 +92,7 @@ class Pi0Arch:
 
 ARCH_PRESETS: dict[str, Pi0Arch] = {
     # unit tests: 16 image tokens, 2 layers, ~0.2 M parameters
-    "tiny": Pi0Arch(32, 8, 32, 2, 2, 64, 64, 2, 2, 1, 32, 128, 512, 32, 64, 2, 4, 8, 8, 4),
+    "tiny": Pi0Arch(32, 8, 32, 2, 2, 64, 64, 2, 2, 1, 32, 128, 512, 32, 64, 2, 4, 32, 8, 4),
     # CPU training: 128 px in 32 px patches -> 16 image tokens, 3-layer prefix, chunks of 8
     "small": Pi0Arch(128, 32, 128, 2, 4, 256, 128, 3, 4, 1, 32, 256, 512, 64, 128, 2, 8, 32, 8, 5),
     # pi0: SigLIP So400m/14 at 224 + Gemma 2B prefix, Gemma 300M action expert, 50-step chunks, 32-D padding
