@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from real_robot.config import RobotConfig, load_robot
-from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -44,24 +43,14 @@ def build(checkpoint: str, robot_path: str, transport: str | None = None) -> tup
     import dataclasses
 
     from robo_rl import checkpoint as ckpt_io
-    from robo_rl.config import from_dict
-    from robo_rl.runners.build import build_policy
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.runners.build import policy_from_checkpoint
 
     robot = load_robot(robot_path)
     if transport:
         robot = dataclasses.replace(robot, transport=transport)
-    ckpt = ckpt_io.resolve(checkpoint)
-    meta = ckpt_io.read_meta(ckpt)
-    obs_shapes = meta.get("obs_spec", {})
-    act = meta.get("action_spec", {})
-    check_fit(robot, obs_shapes, act.get("shape", [0]))
-    cfg = from_dict(TrainConfig, meta["config"])
-    obs_spec = {k: ArraySpec(tuple(v), "uint8" if k == "rgb" else "float32") for k, v in obs_shapes.items()}
-    action_spec = ArraySpec(tuple(act["shape"]), "float32", act.get("low"), act.get("high"))
-    policy = build_policy(cfg.policy, obs_spec, action_spec)
-    ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
-    policy.eval()
+    meta = ckpt_io.read_meta(ckpt_io.resolve(checkpoint))
+    check_fit(robot, meta.get("obs_spec", {}), meta.get("action_spec", {}).get("shape", [0]))
+    policy, _, _ = policy_from_checkpoint(checkpoint)
     return policy, robot
 
 

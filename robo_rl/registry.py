@@ -95,5 +95,6 @@ POLICIES = Registry("policies", singular="policy", entries={
 })
 ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "ppo": "robo_rl.algorithms.ppo:PPO",
+    "rpd": "robo_rl.algorithms.rpd:RPD",
     "bc": "robo_rl.algorithms.bc:BC",
 })

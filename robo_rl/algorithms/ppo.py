@@ -132,6 +132,10 @@ class PPO:
         return [{"params": [p for p in params if id(p) not in value_ids], "base_lr": cfg.lr},
                 {"params": [p for p in params if id(p) in value_ids], "lr": cfg.value_lr, "base_lr": cfg.value_lr}]
 
+    def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """A term added to each minibatch's actor loss, with its logged terms (PPO: none)."""
+        return None, {}
+
     def set_progress(self, fraction_done: float) -> None:
         """Update the learning rate for a linear schedule (fraction of the run done, 0..1)."""
         if self.cfg.lr_schedule == "linear":
@@ -165,6 +169,10 @@ class PPO:
                     loss = cfg.vf_coef * terms["value_loss"]
                 else:
                     loss = terms["policy_loss"] + cfg.vf_coef * terms["value_loss"] - cfg.ent_coef * entropy_mean
+                    extra, extra_terms = self.extra_loss(mb)
+                    if extra is not None:
+                        loss = loss + extra
+                        terms.update(extra_terms)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if warmup:  # fit the critic only: the actor (and a trunk it shares) stays as it is

@@ -28,6 +28,24 @@ def build_algorithm(algo_cfg: Any, policy: Any, generator: torch.Generator | Non
     return ALGORITHMS.get(algo_cfg.name)(algo_cfg, policy, generator=generator)
 
 
+def policy_from_checkpoint(path: str) -> tuple[Any, dict[str, ArraySpec], ArraySpec]:
+    """(policy in eval mode, its obs spec, its action spec) from a run directory or checkpoint: the
+    policy is rebuilt from the config and spaces the checkpoint recorded, then its weights loaded."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.config import from_dict
+    from robo_rl.runners.config import TrainConfig
+
+    ckpt = ckpt_io.resolve(path)
+    meta = ckpt_io.read_meta(ckpt)
+    cfg = from_dict(TrainConfig, meta["config"])
+    obs_spec = {k: ArraySpec(tuple(v), "uint8" if k == "rgb" else "float32") for k, v in meta.get("obs_spec", {}).items()}
+    act = meta.get("action_spec", {})
+    action_spec = ArraySpec(tuple(act.get("shape", ())), "float32", act.get("low"), act.get("high"))
+    policy = build_policy(cfg.policy, obs_spec, action_spec)
+    ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
+    return policy.eval(), obs_spec, action_spec
+
+
 def to_env_actions(actions: torch.Tensor, spec: ArraySpec) -> np.ndarray:
     """Policy actions (B, A) -> float32 numpy clipped to the env's bounds."""
     a = actions.detach().cpu().numpy().astype(np.float32)

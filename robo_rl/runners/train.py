@@ -150,6 +150,12 @@ class Trainer:
         env = self.env
         self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
         self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
+        if hasattr(self.algo, "set_teacher"):  # teacher-guided algorithms (RPD, OPD) get their teacher here
+            from robo_rl.runners.build import policy_from_checkpoint
+
+            teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
+            self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
+            log.info("teacher policy from %s", cfg.algo.teacher)
         gamma = getattr(cfg.algo, "gamma", 0.99)
         lam = getattr(cfg.algo, "gae_lambda", 0.95)
         self.reward_scaler = ReturnScaler(env.num_envs, gamma) if rc.reward_norm else None

@@ -1,0 +1,88 @@
+"""RPD (refined policy distillation): PPO plus a term that pulls the student's actions towards a
+teacher policy's (e.g. a VLA's) on the student's own rollout states:
+
+    loss = PPO loss + lambda_t * d(student, teacher action),   teacher action = teacher.act(obs, greedy)
+
+``distance``: ``mse`` between the student's deterministic action and the teacher's (Gaussian / MLP
+students), ``l1`` the same with |.|, or ``nll`` = -log pi_student(teacher action) (any policy whose
+``extras_for_actions`` + ``evaluate`` score given actions, e.g. a token VLA: the KL towards the teacher's
+action up to a constant). ``lambda_t`` is constant, or decays linearly to 0 over the run (``anneal``).
+With lambda = 0 the update is PPO's exactly. The teacher is any ``Policy``; the runner loads it and hands
+it over with ``set_teacher`` (this file does no I/O).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from robo_rl.algorithms.ppo import PPO, PPOConfig
+from robo_rl.errors import ConfigError
+from robo_rl.rollout.buffer import RolloutBatch
+
+
+@dataclass(frozen=True)
+class RPDConfig(PPOConfig):
+    """PPO hyper-parameters plus the teacher term."""
+
+    name: str = "rpd"
+    """Registry name of the algorithm."""
+    teacher: str = ""
+    """Teacher policy: a robo-rl run directory or checkpoint (loaded by the runner)."""
+    lambda_: float = 1.0
+    """Weight of the distance term."""
+    anneal: Literal["constant", "linear"] = "constant"
+    """constant, or linear decay of lambda to 0 over the run's env steps."""
+    distance: Literal["mse", "l1", "nll"] = "mse"
+    """How far the student is from the teacher's action (see the module docstring)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.teacher:
+            raise ConfigError("config key 'algo.teacher' is required for rpd: a run directory or checkpoint of the teacher policy")
+        if self.lambda_ < 0:
+            raise ConfigError(f"config key 'algo.lambda_' = {self.lambda_} must be >= 0")
+
+
+class RPD(PPO):
+    """PPO with a teacher-action term on every minibatch."""
+
+    Config = RPDConfig
+
+    def __init__(self, cfg: RPDConfig, policy: Any, generator: torch.Generator | None = None) -> None:
+        super().__init__(cfg, policy, generator)
+        self.teacher: Any = None
+        self.lam = cfg.lambda_
+
+    def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
+        """Use ``teacher`` (a Policy); its action shape must be the student's."""
+        if tuple(teacher_action_shape) != tuple(student_action_shape):
+            raise ConfigError(f"the teacher outputs actions of shape {tuple(teacher_action_shape)} but the student "
+                              f"{tuple(student_action_shape)}; RPD needs the same action space")
+        self.teacher = teacher
+
+    def set_progress(self, fraction_done: float) -> None:
+        super().set_progress(fraction_done)
+        if self.cfg.anneal == "linear":
+            self.lam = self.cfg.lambda_ * max(0.0, 1.0 - fraction_done)
+
+    def distance(self, obs: dict[str, Any], teacher_actions: torch.Tensor) -> torch.Tensor:
+        """Mean distance of the student from the teacher's actions (B, ...) on ``obs``."""
+        if self.cfg.distance == "nll":
+            log_prob, _, _ = self.policy.evaluate(obs, self.policy.extras_for_actions(obs, teacher_actions))
+            return -log_prob.mean()
+        student = self.policy.act(obs, deterministic=True).actions
+        diff = student - teacher_actions.to(student.dtype)
+        return (diff**2).mean() if self.cfg.distance == "mse" else diff.abs().mean()
+
+    def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        if self.lam == 0.0:
+            return None, {}
+        if self.teacher is None:
+            raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
+        with torch.no_grad():
+            teacher_actions = self.teacher.act(mb.obs, deterministic=True).actions
+        d = self.distance(mb.obs, teacher_actions)
+        return self.lam * d, {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
