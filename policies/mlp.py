@@ -81,6 +81,14 @@ class GaussianActorCritic(nn.Module):
         dist = self._dist(self.actor(x))
         return dist.log_prob(extras["action"]).sum(-1), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
 
+    def token_log_probs(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> torch.Tensor:
+        """(B, A) per-dimension log-probs of stored actions (their sum is ``evaluate``'s log-prob)."""
+        return self._dist(self.actor(self._features(obs))).log_prob(extras["action"])
+
+    def token_space(self) -> dict[str, Any]:
+        """What an action dimension means (a teacher scoring this policy's actions must agree)."""
+        return {"kind": "gaussian", "action_dim": int(self.log_std.shape[0])}
+
     def value_parameters(self) -> list[nn.Parameter]:
         """Parameters of the critic (PPO may give them their own learning rate)."""
         return list(self.critic.parameters())

@@ -96,5 +96,6 @@ POLICIES = Registry("policies", singular="policy", entries={
 ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "ppo": "robo_rl.algorithms.ppo:PPO",
     "rpd": "robo_rl.algorithms.rpd:RPD",
+    "opd": "robo_rl.algorithms.opd:OPD",
     "bc": "robo_rl.algorithms.bc:BC",
 })

@@ -82,7 +82,7 @@ def test_lambda_anneals_and_mismatched_teachers_are_refused():
 
 
 @pytest.mark.maniskill
-def test_rpd_run_loads_its_teacher_from_a_run_directory(tmp_path, need_maniskill):
+def test_rpd_and_opd_runs_load_their_teacher_from_a_run_directory(tmp_path, need_maniskill):
     base = ["configs/quickstart.yaml", "env.num_envs=2", "env.max_episode_steps=20", "policy.hidden=[32,32]",
             "run.total_env_steps=64", "run.rollout_steps=16", "run.eval_every_steps=0", "run.final_eval_episodes=0",
             "run.progress=false", "run.video=false", f"run.out_dir={tmp_path}"]
@@ -98,3 +98,8 @@ def test_rpd_run_loads_its_teacher_from_a_run_directory(tmp_path, need_maniskill
                    "env.control_mode=pd_ee_delta_pos", "run.name=bad")
     assert proc.returncode != 0
     assert "teacher outputs actions of shape (8,) but the student (4,)" in proc.stderr.strip().splitlines()[-1]
+    opd = [a for a in base if not a.startswith("configs/")]
+    proc = run_cli("train", "configs/quickstart.yaml", *opd, "algo={name: opd, teacher: " + str(tmp_path / "teacher") + "}",
+                   "run.name=opd")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "teacher policy from" in proc.stderr

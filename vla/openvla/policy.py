@@ -266,6 +266,21 @@ class OpenVLAPolicy(nn.Module):
         value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
         return out.log_prob.sum(-1), out.entropy.sum(-1), value
 
+    def token_log_probs(self, obs: dict[str, Any], extras: dict[str, Any]) -> torch.Tensor:
+        """(B, A) log-prob of each stored action token (what ``evaluate`` sums), for token-level
+        distillation."""
+        pixels = self.pixels(obs["rgb"])
+        return teacher_forced(self.model, pixels, extras["prompt_ids"], extras["prompt_mask"], extras["action_index"],
+                              self.cfg.temperature, extra=self._extra(obs)).log_prob
+
+    def token_space(self) -> dict[str, Any]:
+        """What a token means: a teacher scoring this policy's tokens must have the same (OPD)."""
+        tok = self.model.action_tokenizer
+        return {"kind": "openvla-action-tokens", "action_dim": self.model.arch.action_dim, "bins": tok.n_bins,
+                "first_action_id": tok.first_id, "text_tokenizer": type(self.text).__name__,
+                "prompt": self.cfg.prompt, "q01": [round(x, 6) for x in self.q01.tolist()],
+                "q99": [round(x, 6) for x in self.q99.tolist()], "state_token": self.cfg.state_token}
+
     def extras_for_actions(self, obs: dict[str, Any], actions: Any) -> dict[str, torch.Tensor]:
         """What ``evaluate`` needs to score given env actions (B, A) (behaviour cloning targets)."""
         pixels_b = int(torch.as_tensor(obs["rgb"]).shape[0])

@@ -1,0 +1,135 @@
+"""VLA-OPD: on-policy distillation with a reverse-KL, token-level teacher signal.
+
+The student rolls out; afterwards the teacher (any ``Policy`` with the same ``token_space``) scores the
+student's own actions token by token. Per-token advantage, no normalization and no env reward:
+
+    A_i = log pi_T(a_i | s) - log pi_S_old(a_i | s)        (a_i: the i-th action token of a rollout step)
+
+and the student maximizes sum_i r_i A_i with PPO's clipped ratio r_i = pi_S(a_i) / pi_S_old(a_i).
+Its expected gradient is that of -KL(pi_S || pi_T) (reverse KL: mode seeking). "Tokens" are what the
+policy's ``token_log_probs`` returns: the 256-bin action tokens of a token VLA, the action dimensions
+of a Gaussian policy. ``A = 0`` wherever the student already agrees with the teacher, so a student
+identical to its teacher is left unchanged. The runner loads the teacher (``set_teacher``); no I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from robo_rl.errors import ConfigError
+from robo_rl.rollout.buffer import RolloutBatch
+
+
+@dataclass(frozen=True)
+class OPDConfig:
+    """On-policy distillation hyper-parameters."""
+
+    name: str = "opd"
+    """Registry name of the algorithm."""
+    teacher: str = ""
+    """Teacher policy: a robo-rl run directory or checkpoint (loaded by the runner)."""
+    lr: float = 1e-4
+    """Adam learning rate."""
+    epochs: int = 2
+    """Passes over each rollout."""
+    minibatches: int = 4
+    """Minibatches per epoch."""
+    clip_coef: float = 0.2
+    """Per-token ratio clip."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    gamma: float = 0.99
+    """Unused by the loss (no env reward); kept for the rollout's bookkeeping."""
+    gae_lambda: float = 0.95
+    """Unused by the loss; kept for the rollout's bookkeeping."""
+
+    def __post_init__(self) -> None:
+        if not self.teacher:
+            raise ConfigError("config key 'algo.teacher' is required for opd: a run directory or checkpoint of the teacher policy")
+        if self.lr <= 0 or self.epochs < 1 or self.minibatches < 1 or self.clip_coef <= 0:
+            raise ConfigError("config keys 'algo.lr', 'algo.clip_coef' must be > 0 and 'algo.epochs', 'algo.minibatches' >= 1")
+
+
+def opd_advantages(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:
+    """(B, n) per-token advantages log pi_T - log pi_S (detached; no normalization)."""
+    return (teacher_log_probs - student_log_probs).detach()
+
+
+def opd_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+             clip_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, clip fraction) of the clipped per-token surrogate; all (B, n)."""
+    ratio = (new_log_probs - old_log_probs).exp()
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
+    with torch.no_grad():
+        clip_frac = ((ratio - 1).abs() > clip_coef).float().mean()
+    return -surrogate.mean(), clip_frac
+
+
+class OPD:
+    """On-policy distillation of ``policy`` (the student) towards a teacher ``Policy``."""
+
+    Config = OPDConfig
+
+    def __init__(self, cfg: OPDConfig, policy: Any, generator: torch.Generator | None = None) -> None:
+        if not hasattr(policy, "token_log_probs"):
+            raise ConfigError(f"policy {type(policy).__name__} has no token_log_probs(); OPD needs per-token log-probs")
+        self.cfg = cfg
+        self.policy = policy
+        self.teacher: Any = None
+        self.generator = generator
+        params = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
+
+    def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
+        """Use ``teacher``: it must read the student's tokens the same way (same ``token_space``)."""
+        if tuple(teacher_action_shape) != tuple(student_action_shape):
+            raise ConfigError(f"the teacher outputs actions of shape {tuple(teacher_action_shape)} but the student "
+                              f"{tuple(student_action_shape)}; OPD needs the same action space")
+        if not hasattr(teacher, "token_log_probs") or not hasattr(teacher, "token_space"):
+            raise ConfigError(f"teacher {type(teacher).__name__} cannot score tokens (no token_log_probs/token_space)")
+        ts, ss = teacher.token_space(), self.policy.token_space()
+        diff = sorted(k for k in set(ts) | set(ss) if ts.get(k) != ss.get(k))
+        if diff:
+            raise ConfigError("the teacher's tokens differ from the student's in " + ", ".join(
+                f"{k} (teacher {ts.get(k)!r}, student {ss.get(k)!r})" for k in diff[:4]) + "; OPD needs the same tokenizer")
+        self.teacher = teacher
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        if self.teacher is None:
+            raise ConfigError("OPD has no teacher: the runner must call set_teacher() before training")
+        cfg, n = self.cfg, batch.size
+        with torch.no_grad():  # the behaviour policy is the current one: nothing was updated since the rollout
+            old = self.policy.token_log_probs(batch.obs, batch.extras)
+            teacher = self.teacher.token_log_probs(batch.obs, batch.extras)
+        adv = opd_advantages(teacher, old)
+        mb_size = max(1, n // cfg.minibatches)
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(n, generator=self.generator)
+            for start in range(0, n - mb_size + 1, mb_size):
+                idx = perm[start:start + mb_size]
+                mb = batch.index(idx)
+                new = self.policy.token_log_probs(mb.obs, mb.extras)
+                loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                                           cfg.max_grad_norm)
+                self.optimizer.step()
+                for k, v in {"policy_loss": loss, "clip_frac": clip_frac, "grad_norm": grad_norm}.items():
+                    sums[k] = sums.get(k, 0.0) + float(v.detach())
+                count += 1
+        out = {k: v / max(1, count) for k, v in sums.items()}
+        out["reverse_kl"] = float(-adv.sum(-1).mean())  # E_student[log pi_S - log pi_T] per step
+        out["advantage_mean"] = float(adv.mean())
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

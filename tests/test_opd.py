@@ -1,0 +1,96 @@
+"""VLA-OPD: per-token advantage log pi_T - log pi_S (sign, and zero when student = teacher), the
+update lowers the reverse KL on the student's own samples, token log-probs sum to evaluate()'s, and a
+teacher with other tokens is refused."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from policies.mlp import MLPActorCritic, MLPConfig
+from robo_rl.algorithms.opd import OPD, OPDConfig, opd_advantages
+from robo_rl.contracts import ArraySpec
+from robo_rl.errors import ConfigError
+from robo_rl.rollout.buffer import RolloutBatch
+
+OBS = {"state": ArraySpec((4,), "float32")}
+ACT = ArraySpec((2,), "float32", -1.0, 1.0)
+
+
+def _mlp(seed: int, log_std: float = -0.5) -> MLPActorCritic:
+    torch.manual_seed(seed)
+    return MLPActorCritic(MLPConfig(hidden=(32, 32), normalize_obs=False, init_log_std=log_std), OBS, ACT)
+
+
+def _rollout(policy, n: int = 128, seed: int = 0) -> RolloutBatch:
+    obs = {"state": torch.randn(n, 4, generator=torch.Generator().manual_seed(seed))}
+    with torch.no_grad():
+        out = policy.act(obs)
+    z = torch.zeros(n)
+    return RolloutBatch(obs, out.extras, out.log_prob, z, z, z)
+
+
+def _kl(student, teacher, obs) -> float:
+    with torch.no_grad():
+        s = student._dist(student.actor(student._features(obs)))
+        t = teacher._dist(teacher.actor(teacher._features(obs)))
+        return float(torch.distributions.kl_divergence(s, t).sum(-1).mean())
+
+
+def test_advantage_is_the_teacher_student_log_ratio():
+    t = torch.tensor([[-1.0, -3.0]])
+    s = torch.tensor([[-2.0, -2.0]])
+    assert opd_advantages(t, s).tolist() == [[1.0, -1.0]]  # teacher prefers token 0, not token 1
+
+
+def test_a_student_identical_to_its_teacher_is_left_unchanged():
+    student = _mlp(0)
+    algo = OPD(OPDConfig(teacher="unused", lr=1e-2), student)
+    algo.set_teacher(copy.deepcopy(student), (2,), (2,))
+    before = copy.deepcopy(student.state_dict())
+    stats = algo.update(_rollout(student))
+    assert stats["advantage_mean"] == 0.0 and stats["reverse_kl"] == 0.0
+    assert all(torch.equal(before[k], v) for k, v in student.state_dict().items())
+
+
+def test_updates_on_own_samples_lower_the_reverse_kl():
+    student, teacher = _mlp(0), _mlp(1, log_std=-1.0)
+    algo = OPD(OPDConfig(teacher="unused", lr=3e-3, epochs=4, minibatches=2), student,
+               generator=torch.Generator().manual_seed(0))
+    algo.set_teacher(teacher, (2,), (2,))
+    probe = {"state": torch.randn(256, 4, generator=torch.Generator().manual_seed(9))}
+    before = _kl(student, teacher, probe)
+    for it in range(30):
+        torch.manual_seed(it)
+        algo.update(_rollout(student, seed=it))  # on-policy: fresh samples of the current student
+    after = _kl(student, teacher, probe)
+    assert after < 0.5 * before, (before, after)
+
+
+def test_openvla_token_log_probs_sum_to_evaluate_and_other_tokenizers_are_refused():
+    from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy
+    from vla.openvla.tokenizer import NormStats
+
+    spec = ArraySpec((7,), "float32", -1.0, 1.0)
+    obs_spec = {"rgb": ArraySpec((1, 40, 40, 3), "uint8")}
+    torch.manual_seed(0)
+    student = OpenVLAPolicy(OpenVLAConfig(), obs_spec, spec).eval()
+    obs = {"rgb": torch.from_numpy(np.random.default_rng(0).integers(0, 255, (3, 1, 40, 40, 3), dtype=np.uint8))}
+    with torch.no_grad():
+        out = student.act(obs)
+        tok = student.token_log_probs(obs, out.extras)
+    assert tok.shape == (3, 7)
+    torch.testing.assert_close(tok.sum(-1), out.log_prob, atol=1e-5, rtol=0)
+    algo = OPD(OPDConfig(teacher="unused"), student)
+    teacher = copy.deepcopy(student)
+    algo.set_teacher(teacher, (7,), (7,))  # same tokens: accepted
+    teacher.set_norm_stats(NormStats((-2.0,) * 7, (2.0,) * 7, (True,) * 7))
+    with pytest.raises(ConfigError, match=r"teacher's tokens differ from the student's in q01 \(teacher \[-2.0"):
+        algo.set_teacher(teacher, (7,), (7,))
+    with pytest.raises(ConfigError, match=r"teacher outputs actions of shape \(2,\) but the student \(7,\)"):
+        algo.set_teacher(_mlp(0), (7,), (2,))
+    with pytest.raises(ConfigError, match="'algo.teacher' is required for opd"):
+        OPDConfig()
