@@ -1,0 +1,100 @@
+"""RL^2 latent steering for flow VLAs: the math (no I/O, no model code).
+
+A lightweight velocity policy v_phi reads the frozen VLA's action-expert latents z and is composed
+with the VLA's own flow velocity at every denoising step, only where failure is predicted:
+
+    v = v_vla(x_t, t, o) + g(o) * beta * v_phi(x_t, t, z),     g(o) = 1[p_fail(o) > tau]
+
+With g = 0 the output is the frozen VLA's exactly (rows with g = 0 never see v_phi). v_phi is fit
+offline from logged rollouts by advantage-weighted flow matching: for a logged (normalized) action
+chunk a with advantage A, t ~ U(0, 1), noise n, x_t = t n + (1 - t) a,
+
+    L(phi) = E[ w(A) * | v_vla(x_t, t) + beta * v_phi(x_t, t, z) - (n - a) |^2 ],  w = min(exp(A / T), w_max)
+
+(the frozen v_vla and z computed at the same x_t, t), so chunks that did better than expected are the
+ones the composed flow learns to generate. The failure predictor p_fail is a classifier on the
+prefix features trained on the same logs (label: the episode failed); its AUROC is reported.
+Shapes: x (B, T, A); t (B,); z (B, T, D); features (B, F).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class SteeringConfig:
+    """RL^2 steering hyper-parameters."""
+
+    beta: float = 1.0
+    """Weight of v_phi in the composed velocity."""
+    tau: float = 0.5
+    """Steer only where p_fail > tau."""
+    hidden: int = 128
+    """Hidden width of v_phi and of the failure predictor."""
+    temperature: float = 1.0
+    """Advantage temperature T of the weights w = exp(A / T)."""
+    max_weight: float = 20.0
+    """Clip of the advantage weights."""
+
+
+class VelocityHead(nn.Module):
+    """v_phi(x_t, t, z): per action token, an MLP on [x_t token, z token, t] -> (B, T, A). The output
+    layer starts at zero, so an untrained head leaves the VLA unchanged."""
+
+    def __init__(self, action_dim: int, latent_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(action_dim + latent_dim + 1, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
+                                 nn.SiLU(), nn.Linear(hidden, action_dim))
+        nn.init.zeros_(self.net[-1].weight)
+        nn.init.zeros_(self.net[-1].bias)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        tt = t.float()[:, None, None].expand(-1, x.shape[1], 1)
+        return self.net(torch.cat([x.float(), z.float(), tt], dim=-1))
+
+
+class FailurePredictor(nn.Module):
+    """p_fail(o) from prefix features (B, F) -> (B,) logits."""
+
+    def __init__(self, features: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(features, hidden), nn.SiLU(), nn.Linear(hidden, 1))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return self.net(f.float()).squeeze(-1)
+
+
+def compose(v_vla: torch.Tensor, v_phi: torch.Tensor | None, gate: torch.Tensor, beta: float) -> torch.Tensor:
+    """v_vla + g * beta * v_phi per row; rows with g = 0 are v_vla itself, bit for bit."""
+    if v_phi is None or not bool(gate.any()):
+        return v_vla
+    return torch.where(gate[:, None, None], v_vla + beta * v_phi.to(v_vla.dtype), v_vla)
+
+
+def advantage_weights(advantages: torch.Tensor, temperature: float, max_weight: float) -> torch.Tensor:
+    """(B,) w = min(exp(A / T), w_max), detached."""
+    return torch.exp(advantages.detach().float() / temperature).clamp(max=max_weight)
+
+
+def awfm_loss(v_vla: torch.Tensor, v_phi: torch.Tensor, noise: torch.Tensor, actions: torch.Tensor,
+              weights: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
+    """Advantage-weighted flow matching of the composed velocity; ``mask`` (B, T, A) keeps real
+    elements. v_vla is treated as a constant (the VLA is frozen)."""
+    err = (v_vla.detach() + beta * v_phi - (noise - actions)) ** 2 * mask
+    per_row = err.flatten(1).sum(-1) / mask.flatten(1).sum(-1).clamp_min(1.0)
+    return (weights * per_row).sum() / weights.sum().clamp_min(1e-8)
+
+
+def auroc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Area under the ROC curve of ``scores`` for binary ``labels`` (ties count half); nan if one class."""
+    s, y = scores.detach().float().flatten(), labels.detach().bool().flatten()
+    pos, neg = s[y], s[~y]
+    if pos.numel() == 0 or neg.numel() == 0:
+        return float("nan")
+    greater = (pos[:, None] > neg[None, :]).float().sum()
+    ties = (pos[:, None] == neg[None, :]).float().sum()
+    return float((greater + 0.5 * ties) / (pos.numel() * neg.numel()))
