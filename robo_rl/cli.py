@@ -206,6 +206,20 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_steer(args: argparse.Namespace) -> int:
+    from robo_rl.runners import steer
+
+    if args.steer_command == "collect":
+        out = steer.collect(args.checkpoint, args.episodes, args.out, args.num_envs, args.seed or 0, args.overrides)
+    elif args.steer_command == "fit":
+        out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau)
+    else:
+        out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
+                             10_000 if args.seed is None else args.seed, args.num_envs, args.overrides)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
 def cmd_vla(args: argparse.Namespace) -> int:
     from vla.openvla.mini import build_mini
 
@@ -278,8 +292,34 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--llm-layers", type=int, default=4, help="keep the first N of SmolLM2's 30 layers (4: CPU-sized; 30: all)")
     bm.set_defaults(fn=cmd_vla)
 
-    b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), ros (ROS 2 node latency)")
-    b.add_argument("name", help="ppo | env | decode | ros")
+    st = sub.add_parser("steer", help="RL^2 latent steering of a flow (pi0) policy: collect logs, fit, evaluate")
+    ssub = st.add_subparsers(dest="steer_command", required=True)
+    sc = ssub.add_parser("collect", help="roll out the frozen base policy and log chunks, returns and failures")
+    sc.add_argument("checkpoint", help="run directory or checkpoint of a pi0 policy")
+    sc.add_argument("--episodes", type=int, default=100)
+    sc.add_argument("--out", required=True, help="output .npz log")
+    sf = ssub.add_parser("fit", help="train the latent velocity head and the failure predictor on a log")
+    sf.add_argument("checkpoint")
+    sf.add_argument("--log", required=True, help="a log from 'steer collect'")
+    sf.add_argument("--out", required=True, help="output steering directory")
+    sf.add_argument("--steps", type=int, default=500)
+    sf.add_argument("--beta", type=float, default=1.0)
+    sf.add_argument("--tau", type=float, default=0.5)
+    se = ssub.add_parser("eval", help="success of the base policy with steering gated / always on / off")
+    se.add_argument("checkpoint")
+    se.add_argument("--steering", required=True, help="a directory from 'steer fit'")
+    se.add_argument("--episodes", type=int, default=100)
+    se.add_argument("--mode", choices=["gated", "always", "off"], default="gated")
+    for q in (sc, se):
+        q.add_argument("--num-envs", type=int, default=None)
+        q.add_argument("--seed", type=int, default=None)
+        q.add_argument("overrides", nargs="*", help="env.key=value overrides (e.g. an OOD variation)")
+    for q in (sc, sf, se):
+        q.set_defaults(fn=cmd_steer)
+
+    b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), "
+                                     "sample (pi0 chunk sampling), ros (ROS 2 node latency)")
+    b.add_argument("name", help="ppo | env | decode | sample | ros")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
     b.set_defaults(fn=cmd_bench)
     return p

@@ -125,3 +125,20 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader(open(tmp_path / "ppo" / "metrics.csv")))
     assert rows and int(rows[-1]["env_steps"]) >= 48  # counted in control steps: 2 envs x 4 chunks x 3 steps per iteration
+
+    # RL^2 offline stage on the SFT policy: log rollouts, fit the steering heads, evaluate gated and off
+    log = tmp_path / "steer.npz"
+    proc = run_cli("steer", "collect", str(tmp_path / "sft"), "--episodes", "4", "--out", str(log), "--num-envs", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["episodes"] == 4
+    proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "steering"),
+                   "--steps", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "auroc_train" in json.loads(proc.stdout)
+    for mode in ("gated", "off"):
+        proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
+                       "--episodes", "2", "--num-envs", "2", "--mode", mode)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(proc.stdout)["episodes"] == 2
+    proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr

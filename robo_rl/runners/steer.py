@@ -1,0 +1,207 @@
+"""`robo-rl steer collect | fit | eval`: the offline stage of RL^2 latent steering for a flow VLA.
+
+collect: roll out the frozen base policy (its stochastic sampler) and log, per policy call, the
+observation, the executed chunk (E, A), the return-to-go over the rest of the episode and whether the
+episode failed (``np.savez``, written atomically). fit: train the failure predictor (BCE on "this
+episode failed") and the latent velocity head (advantage-weighted flow matching, advantage = the
+return-to-go minus its mean, scaled by its std) on those logs; the held-out AUROC of the predictor is
+reported; the heads are saved with the base checkpoint's path. eval: success with 95% CIs of the base
+policy with steering gated on predicted failure, always on, or off.
+
+Env overrides (``env.key=value``) let collect and eval run on a variation of the training task (e.g.
+an out-of-distribution camera or object pose through the simulators' variation hooks).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robo_rl.errors import ConfigError
+from robo_rl.rollout.buffer import obs_to_torch
+from robo_rl.runners.build import build_env, policy_from_checkpoint, to_env_actions
+
+log = logging.getLogger(__name__)
+
+
+def _env_cfg(checkpoint: str, overrides: list[str], num_envs: int | None) -> Any:
+    import dataclasses
+
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.config import apply_overrides, from_dict
+    from robo_rl.runners.config import TrainConfig
+
+    bad = [o for o in overrides if not o.startswith("env.")]
+    if bad:
+        raise ConfigError(f"steer takes only env.* overrides (the policy is the checkpoint's); got {', '.join(bad)}")
+    data = apply_overrides(ckpt_io.read_meta(ckpt_io.resolve(checkpoint))["config"], overrides)
+    env_cfg = from_dict(TrainConfig, data).env
+    return dataclasses.replace(env_cfg, num_envs=num_envs) if num_envs else env_cfg
+
+
+def _flow_policy(checkpoint: str) -> Any:
+    policy, _, _ = policy_from_checkpoint(checkpoint)
+    if not hasattr(getattr(policy, "model", None), "velocity"):
+        raise ConfigError(f"'{checkpoint}' holds a {type(policy).__name__}; RL^2 steering needs a flow (pi0) policy")
+    return policy
+
+
+@torch.no_grad()
+def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = None, seed: int = 0,
+            overrides: list[str] | None = None) -> dict[str, Any]:
+    """Log ``episodes`` full episodes of the base policy; returns a summary."""
+    policy = _flow_policy(checkpoint)
+    env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
+    rows: list[dict[str, Any]] = []
+    open_rows: list[list[int]] = [[] for _ in range(env.num_envs)]
+    done_eps, successes = 0, 0
+    try:
+        obs, _ = env.reset(seed=seed)
+        while done_eps < episodes:
+            t_obs = obs_to_torch(obs)
+            out_a = policy.act(t_obs)
+            actions = to_env_actions(out_a.actions, env.action_spec)
+            res = env.step(actions)
+            for i in range(env.num_envs):
+                rows.append({"rgb": obs["rgb"][i], "state": obs["state"][i] if "state" in obs else None,
+                             "instruction": (obs.get("instruction") or [""] * env.num_envs)[i], "actions": actions[i],
+                             "reward": float(res.reward[i]), "episode": -1})
+                open_rows[i].append(len(rows) - 1)
+                if res.terminated[i] or res.truncated[i]:
+                    if done_eps < episodes:
+                        ok = bool(res.info["success"][i])
+                        rtg = 0.0
+                        for r in reversed(open_rows[i]):
+                            rtg += rows[r]["reward"]
+                            rows[r].update(episode=done_eps, rtg=rtg, failed=not ok)
+                        done_eps, successes = done_eps + 1, successes + int(ok)
+                    open_rows[i] = []
+            obs = res.obs
+    finally:
+        env.close()
+    kept = [r for r in rows if r["episode"] >= 0]
+    arrays = {"rgb": np.stack([r["rgb"] for r in kept]), "actions": np.stack([r["actions"] for r in kept]),
+              "rtg": np.array([r["rtg"] for r in kept], np.float32), "failed": np.array([r["failed"] for r in kept]),
+              "episode": np.array([r["episode"] for r in kept]), "instruction": np.array([r["instruction"] for r in kept])}
+    if kept[0]["state"] is not None:
+        arrays["state"] = np.stack([r["state"] for r in kept]).astype(np.float32)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
+    return {"out": str(path), "episodes": done_eps, "success_rate": successes / max(1, done_eps), "calls": len(kept)}
+
+
+def _batch(data: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, Any]:
+    obs: dict[str, Any] = {"rgb": torch.from_numpy(data["rgb"][idx]), "instruction": [str(s) for s in data["instruction"][idx]]}
+    if "state" in data:
+        obs["state"] = torch.from_numpy(data["state"][idx])
+    return obs
+
+
+def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
+        val_fraction: float = 0.2, seed: int = 0, **steering: Any) -> dict[str, Any]:
+    """Train the steering head and the failure predictor on a collected log; save them to ``out``."""
+    from safetensors.torch import save_file
+
+    from robo_rl.algorithms.rl2 import SteeringConfig, auroc
+    from vla.pi0.steer import SteeredPi0Policy
+
+    if not Path(log_path).is_file():
+        raise ConfigError(f"steering log '{log_path}' does not exist; write one with 'robo-rl steer collect'")
+    data = dict(np.load(log_path))
+    cfg = SteeringConfig(**steering)
+    model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    eps = np.unique(data["episode"])
+    val_eps = set(rng.permutation(eps)[: max(1, int(round(len(eps) * val_fraction)))].tolist()) if len(eps) > 1 else set()
+    is_val = np.array([e in val_eps for e in data["episode"]])
+    train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
+    rtg = torch.from_numpy(data["rtg"])
+    adv = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
+    failed = torch.from_numpy(data["failed"].astype(np.float32))
+    opt = torch.optim.Adam(list(model.head.parameters()) + list(model.fail.parameters()), lr=lr)
+    bce = torch.nn.BCEWithLogitsLoss()
+    for step in range(steps):
+        idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
+        obs = _batch(data, idx)
+        with torch.no_grad():
+            pooled = model.base.prefix(obs)[0].pooled
+        loss_v = model.steering_loss(obs, torch.from_numpy(data["actions"][idx]), adv[idx])
+        loss_f = bce(model.fail(pooled), failed[idx])
+        opt.zero_grad(set_to_none=True)
+        (loss_v + loss_f).backward()
+        opt.step()
+        if step % 100 == 0:
+            log.info("steer fit step %d: velocity %.4f, failure %.4f", step, float(loss_v), float(loss_f))
+
+    @torch.no_grad()
+    def scores(idx: np.ndarray) -> torch.Tensor:
+        return torch.cat([model.fail(model.base.prefix(_batch(data, idx[s:s + 64]))[0].pooled)
+                          for s in range(0, len(idx), 64)]) if len(idx) else torch.zeros(0)
+
+    summary = {"base": str(checkpoint), "log": str(log_path), "steps": steps, "calls": int(len(data["rtg"])),
+               "failure_rate": float(failed.mean()), "auroc_train": auroc(scores(train_idx), failed[train_idx]),
+               "auroc_val": auroc(scores(val_idx), failed[val_idx]) if len(val_idx) else float("nan"),
+               "config": cfg.__dict__}
+    target = Path(out)
+    if target.exists() and not (target / "steering.json").is_file():
+        raise ConfigError(f"'{target}' exists and is not a steering directory; choose another --out")
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=False)
+    save_file({f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
+              | {f"fail.{k}": v.contiguous() for k, v in model.fail.state_dict().items()}, str(tmp / "heads.safetensors"))
+    (tmp / "steering.json").write_text(json.dumps(summary, indent=2))
+    if target.exists():
+        import shutil
+
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    return summary
+
+
+def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None) -> Any:
+    """The base policy with the saved heads (``tau`` overrides the saved gate threshold)."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    from robo_rl.algorithms.rl2 import SteeringConfig
+    from vla.pi0.steer import SteeredPi0Policy
+
+    meta_path = Path(steering_dir) / "steering.json"
+    if not meta_path.is_file():
+        raise ConfigError(f"'{steering_dir}' is not a steering directory (no steering.json); write one with 'robo-rl steer fit'")
+    cfg = SteeringConfig(**json.loads(meta_path.read_text())["config"])
+    if tau is not None:
+        cfg = dataclasses.replace(cfg, tau=tau)
+    model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
+    state = load_file(str(Path(steering_dir) / "heads.safetensors"))
+    model.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
+    model.fail.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("fail.")})
+    return model.eval()
+
+
+def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gated", seed: int = 10_000,
+             num_envs: int | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Success of the steered policy: ``gated`` (the saved tau), ``always`` or ``off``."""
+    from robo_rl.runners.evaluate import evaluate_policy
+
+    taus = {"gated": None, "always": -1.0, "off": 2.0}
+    if mode not in taus:
+        raise ConfigError(f"steer eval --mode {mode!r}; choose one of {', '.join(taus)}")
+    model = load_steered(checkpoint, steering_dir, taus[mode])
+    env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
+    try:
+        res = evaluate_policy(env, model, episodes, seed=seed, deterministic=True)
+    finally:
+        env.close()
+    return {"mode": mode, **res.as_dict()}
