@@ -31,3 +31,11 @@ def test_pi0_configs_dry_run(name, sim, cams, request):
     assert out["dry_run"] == "ok" and out["algo_built"] == "PPO" and out["policy"] == "pi0"
     assert 3200 < out["params_millions"] < 3700  # pi0: PaliGemma-3B prefix (SigLIP + Gemma 2B) + Gemma 300M expert
     assert out["env"]["obs_spec"]["rgb"][:1] == [cams]
+
+
+@pytest.mark.parametrize("name,sim,algo", [("opd_openvla_7b_libero.yaml", "libero", "OPD"),
+                                          ("rpd_pi0_maniskill.yaml", "maniskill", "RPD")])
+def test_teacher_guided_gpu_configs_dry_run(name, sim, algo, request):
+    request.getfixturevalue(f"need_{sim}")
+    out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
+    assert out["dry_run"] == "ok" and out["algo_built"] == algo
