@@ -159,3 +159,13 @@ def test_bad_input_is_a_clear_error():
         p.act({**obs, "instruction": ["x" * 60] * 2})
     with pytest.raises(ConfigError, match="the ode sampler has no log-probs"):
         _policy(sampler="ode").evaluate(obs, p.act(obs).extras)
+
+
+def test_a_checkpoint_without_norm_stats_is_refused_unless_asked(tmp_path):
+    p = _policy()
+    p.model.hf.save_pretrained(tmp_path / "bare")  # transformers PI0 weights, no processor statistics
+    with pytest.raises(ConfigError, match="carries no normalization statistics"):
+        Pi0Policy(Pi0PolicyConfig(checkpoint=str(tmp_path / "bare")), OBS_SPEC, ACT)
+    q = Pi0Policy(Pi0PolicyConfig(checkpoint=str(tmp_path / "bare"), require_norm_stats=False, exec_steps=3), OBS_SPEC, ACT)
+    with torch.no_grad():
+        torch.testing.assert_close(q.eval().act(_obs(2), deterministic=True).actions, p.act(_obs(2), deterministic=True).actions)

@@ -61,6 +61,9 @@ class Pi0PolicyConfig:
     """Hidden width of the value head on the pooled prefix."""
     freeze_vision: bool = False
     """Keep the SigLIP tower fixed."""
+    require_norm_stats: bool = True
+    """A checkpoint without normalization statistics is an error (false: start from identity, e.g.
+    when SFT will fit them from the demonstrations)."""
 
     def __post_init__(self) -> None:
         if self.checkpoint is None and self.arch not in ARCH_PRESETS:
@@ -87,6 +90,10 @@ class Pi0Policy(nn.Module):
                 loaded = load_pretrained(cfg.checkpoint, asset_id=cfg.norm_asset_id)
                 model, text_tokenizer = loaded.model, loaded.text_tokenizer
                 norm, heads = loaded.norm, loaded.heads
+                if norm is None and cfg.require_norm_stats:
+                    raise ConfigError(f"pi0 checkpoint '{cfg.checkpoint}' carries no normalization statistics (state/action "
+                                      "mean and std); its actions would come out in normalized units. Use a checkpoint "
+                                      "with them, or set policy.require_norm_stats: false when SFT fits them from demos")
             else:
                 model, norm, heads = Pi0Model(ARCH_PRESETS[cfg.arch]), None, None
         else:
