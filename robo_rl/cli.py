@@ -63,9 +63,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from robo_rl.runners.config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
+    if args.report:
+        from robo_rl.eval.report import write_report
+
+        print(json.dumps({"report": str(write_report(args.report, args.compare))}))
+        return 0
+    if not args.checkpoint:
+        raise RoboRLError("robo-rl eval needs a CHECKPOINT (or --report RESULTS_JSON)")
     if args.episodes < 1:
         raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
     torch.set_num_threads(1)
+    if args.benchmark:
+        from robo_rl.eval.benchmark import evaluate_benchmark
+
+        if not args.out:
+            raise RoboRLError("--benchmark needs --out RESULTS_JSON")
+        res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None, args.seed)
+        print(json.dumps({"out": args.out, "aggregate": res["aggregate"],
+                          "tasks": {k: v["success_rate"] for k, v in res["tasks"].items()}}, indent=2))
+        return 0
     if args.via_ros:
         from real_robot.sim_eval import evaluate_over_ros
 
@@ -242,8 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dry-run", action="store_true", help="build env (1 env, CPU), policy (no weights) and algorithm, then stop")
     t.set_defaults(fn=cmd_train)
 
-    e = sub.add_parser("eval", help="evaluate a run or checkpoint")
-    e.add_argument("checkpoint", help="run directory or checkpoints/step_* directory")
+    e = sub.add_parser("eval", help="evaluate a run or checkpoint (or a benchmark of it; or report benchmark results)")
+    e.add_argument("checkpoint", nargs="?", help="run directory or checkpoints/step_* directory")
+    e.add_argument("--benchmark", help="named benchmark (libero-spatial, maniskill-vision, ...): results JSON to --out")
+    e.add_argument("--out", help="benchmark results JSON (resumed if it holds finished blocks of the same evaluation)")
+    e.add_argument("--report", metavar="RESULTS_JSON", help="write a markdown + PNG report of benchmark results")
+    e.add_argument("--compare", metavar="RESULTS_JSON", help="with --report: a second policy's results, side by side")
     e.add_argument("--episodes", type=int, default=50)
     e.add_argument("--num-envs", type=int, default=0, help="parallel envs (default: the run's)")
     e.add_argument("--seed", type=int, default=10_000)

@@ -1,0 +1,160 @@
+"""Named generalization benchmarks, evaluated reproducibly and resumably (`robo-rl eval CKPT --benchmark NAME`).
+
+A benchmark is a list of tasks plus what it varies, applied on top of the env the policy was trained
+in: LIBERO suites (every task of the suite, the official init states, the suite's episode length),
+and ManiSkill splits in the RL4VLA taxonomy built on the simulators' variation hooks (``id``: nothing;
+``vision``: camera pose and lighting; ``semantic``: paraphrased instructions; ``execution``: object
+initial poses). Episodes run in blocks with pinned seeds (block b of task k uses seed
+``seed + 1000 k + 100 b``); the results JSON is rewritten atomically after every block, so a killed
+evaluation resumes where it stopped and gives the same numbers as an uninterrupted one.
+
+Results JSON (schema 1): ``{"schema", "benchmark", "varies", "checkpoint", "seed", "episodes_per_task",
+"block", "environment": {package versions, simulator backend}, "tasks": {task: {"blocks": {b: [episodes,
+successes, return sum]}, "episodes", "successes", "success_rate", "ci95": [low, high], "mean_return"}},
+"aggregate": {"mean", "mean_low", "mean_high", "iqm_over_tasks", "tasks"}}`` (per-task CIs from the
+bootstrap of the task's episodes; the mean over tasks with rliable's stratified bootstrap over episodes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robo_rl.errors import ConfigError
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One named benchmark."""
+
+    sim: str
+    """maniskill or libero."""
+    varies: str
+    """Exactly what the benchmark changes (shown in reports)."""
+    suite: str | None = None
+    """LIBERO suite (all its tasks)."""
+    variations: dict[str, Any] = field(default_factory=dict)
+    """ManiSkill: fields of ``env.variations`` to set."""
+    needs_rgb: bool = False
+    """Only meaningful for policies that see images."""
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    **{f"libero-{s}": Benchmark("libero", f"the {s} suite: all its tasks from the official init states", f"libero_{s}",
+                                needs_rgb=True) for s in ("spatial", "object", "goal", "10", "90")},
+    "maniskill-id": Benchmark("maniskill", "nothing: the training distribution"),
+    "maniskill-vision": Benchmark("maniskill", "camera position +-3 cm and light intensity x U(0.5, 1.5) per episode",
+                                  variations={"camera_jitter": 0.03, "light_scale": (0.5, 1.5)}, needs_rgb=True),
+    "maniskill-semantic": Benchmark("maniskill", "the instruction: verb synonyms and politeness frames (paraphrases)",
+                                    variations={"paraphrase": True}),
+    "maniskill-execution": Benchmark("maniskill", "initial object positions +-5 cm in x and y",
+                                     variations={"object_pose_jitter": 0.05}),
+}
+
+
+def get_benchmark(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        close = difflib.get_close_matches(name, list(BENCHMARKS), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(BENCHMARKS))}"
+        raise ConfigError(f"unknown benchmark {name!r}{hint}")
+    return BENCHMARKS[name]
+
+
+def _environment(sim: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("robo-rl", "torch", "numpy", {"maniskill": "mani-skill", "libero": "libero"}[sim],
+                {"maniskill": "sapien", "libero": "mujoco"}[sim]):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None) -> dict[str, Any]:
+    """task name -> env config for every task of the benchmark (built on the training env's settings)."""
+    n = {"num_envs": num_envs} if num_envs else {}
+    if bench.sim == "maniskill":
+        if train_env.name != "maniskill":
+            raise ConfigError(f"benchmark is a ManiSkill split but the policy was trained in {train_env.name!r}")
+        env = dataclasses.replace(train_env, variations=dataclasses.replace(train_env.variations, **bench.variations), **n)
+        return {train_env.task: env}
+    from sims.libero.env import LiberoConfig
+    from sims.libero.suites import suite_tasks
+
+    base = train_env if train_env.name == "libero" else LiberoConfig()
+    return {f"{bench.suite}/{i}": dataclasses.replace(base, suite=bench.suite, task_ids=(i,), max_episode_steps=None, **n)
+            for i in range(len(suite_tasks(bench.suite)))}
+
+
+def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_envs: int | None = None,
+                       seed: int = 10_000, block: int = 10) -> dict[str, Any]:
+    """Evaluate ``checkpoint`` on benchmark ``name`` (``episodes`` per task), resuming ``out`` if it holds
+    finished blocks of the same evaluation."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.checkpoint import atomic_write_text
+    from robo_rl.config import from_dict
+    from robo_rl.eval.stats import aggregate, success_ci
+    from robo_rl.runners.build import build_env, policy_from_checkpoint
+    from robo_rl.runners.config import TrainConfig
+    from robo_rl.runners.evaluate import evaluate_policy
+
+    bench = get_benchmark(name)
+    if episodes < 1 or block < 1:
+        raise ConfigError("--episodes and the block size must be >= 1")
+    ckpt = ckpt_io.resolve(checkpoint)
+    train_env = from_dict(TrainConfig, ckpt_io.read_meta(ckpt)["config"]).env
+    policy, obs_spec, _ = policy_from_checkpoint(str(ckpt))
+    if bench.needs_rgb and "rgb" not in obs_spec:
+        raise ConfigError(f"benchmark {name!r} varies {bench.varies}, but the policy observes only "
+                          f"{', '.join(sorted(obs_spec))}: evaluate it on a split a state policy can feel")
+    envs = task_env_configs(bench, train_env, num_envs)
+    path = Path(out)
+    header = {"schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": str(ckpt), "seed": seed,
+              "episodes_per_task": episodes, "block": block}
+    results: dict[str, Any] = {**header, "environment": _environment(bench.sim), "tasks": {}}
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if {k: old.get(k) for k in header} != header:
+            raise ConfigError(f"'{path}' holds another evaluation ({old.get('benchmark')}, {old.get('checkpoint')}); "
+                              "choose another --out or delete it")
+        results["tasks"] = old.get("tasks", {})
+    n_blocks = (episodes + block - 1) // block
+    for k, (task, env_cfg) in enumerate(envs.items()):
+        rec = results["tasks"].setdefault(task, {"blocks": {}})
+        todo = [b for b in range(n_blocks) if str(b) not in rec["blocks"]]
+        if todo:
+            env = build_env(env_cfg)
+            try:
+                for b in todo:
+                    n = min(block, episodes - b * block)
+                    res = evaluate_policy(env, policy, n, seed=seed + 1000 * k + 100 * b, deterministic=True)
+                    rec["blocks"][str(b)] = [res.episodes, res.successes, res.mean_return * res.episodes]
+                    atomic_write_text(path, json.dumps(results, indent=1))
+            finally:
+                env.close()
+        eps = sum(v[0] for v in rec["blocks"].values())
+        succ = sum(v[1] for v in rec["blocks"].values())
+        rate, lo, hi = success_ci(np.r_[np.ones(succ), np.zeros(eps - succ)], seed=seed)
+        rec.update(episodes=eps, successes=succ, success_rate=rate, ci95=[lo, hi],
+                   mean_return=sum(v[2] for v in rec["blocks"].values()) / max(1, eps))
+    # aggregate over tasks: the mean with a stratified bootstrap over each task's episodes (rows = episodes);
+    # the IQM over the tasks' success rates (a point value; it needs several tasks to mean anything)
+    tasks = list(results["tasks"].values())
+    outcomes = np.stack([np.r_[np.ones(t["successes"]), np.zeros(t["episodes"] - t["successes"])] for t in tasks], axis=1)
+    agg = aggregate({"policy": outcomes}, seed=seed)["policy"]
+    iqm = aggregate({"policy": np.array([[t["success_rate"] for t in tasks]])}, reps=10, seed=seed)["policy"]["iqm"]
+    results["aggregate"] = {"mean": agg["mean"], "mean_low": agg["mean_low"], "mean_high": agg["mean_high"],
+                            "iqm_over_tasks": iqm, "tasks": len(tasks)}
+    atomic_write_text(path, json.dumps(results, indent=1))
+    return results
