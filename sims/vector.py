@@ -180,6 +180,7 @@ class SubprocVecEnv:
         self.restarts = 0
         self._workers: list[_Worker | None] = [None] * len(self._rows)
         self._last_rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        self._pending: tuple[list[int], dict[int, bool], bool] | None = None
         self._closed = False
         self._bufs: SharedArrays | None = None
         try:
@@ -255,10 +256,14 @@ class SubprocVecEnv:
         return msg[1]
 
     # -- VecEnv contract ----------------------------------------------------------------------
-    def _gather_obs(self, prefix: str, rest: list[dict[str, Any]]) -> Observation:
+    def _gather_obs(self, prefix: str, rest: list[dict[str, Any]], rows: np.ndarray | None = None) -> Observation:
         """Copy the shared (B, ...) arrays out (the buffers are reused next step) and add the
-        per-env non-array entries (e.g. instruction strings) as lists."""
-        out: Observation = {k: self._bufs[f"{prefix}/{k}"].copy() for k in self.obs_spec}
+        per-env non-array entries (e.g. instruction strings) as lists; ``rows`` selects envs
+        (``rest`` then holds one entry per selected env)."""
+        if rows is None:
+            out: Observation = {k: self._bufs[f"{prefix}/{k}"].copy() for k in self.obs_spec}
+        else:
+            out = {k: self._bufs[f"{prefix}/{k}"][rows] for k in self.obs_spec}
         keys = {k for r in rest if r for k in r}
         for key in sorted(keys):
             out[key] = [r.get(key) if r else None for r in rest]
@@ -266,6 +271,8 @@ class SubprocVecEnv:
 
     def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
         """Reset every env; env i is seeded ``seed + i``."""
+        if self._pending is not None:
+            raise RoboRLError("reset() while a step_async() is pending; call step_wait() first")
         for w, rows in enumerate(self._rows):
             self._workers[w].conn.send(("reset", [None if seed is None else seed + i for i in rows]))
         rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
@@ -275,10 +282,24 @@ class SubprocVecEnv:
         self._last_rest = rest
         return self._gather_obs("obs", rest), {}
 
+    @property
+    def worker_rows(self) -> list[list[int]]:
+        """The env rows each worker hosts (groups for pipelined stepping)."""
+        return [list(r) for r in self._rows]
+
     def step(self, actions: np.ndarray) -> StepResult:
         """``actions`` (B, A), or action chunks (B, H, A): each env runs its chunk's steps in turn and
         stops at its episode's end; then ``reward`` is the sum over the executed steps, ``success``
         whether any step succeeded, and ``info["chunk_steps"]`` (B,) how many steps ran."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: np.ndarray, workers: list[int] | None = None) -> None:
+        """Start stepping the envs of ``workers`` (default: all) with their rows of ``actions`` (B, ...);
+        ``step_wait`` returns their results. Other workers stay idle, so the caller can compute their
+        next actions meanwhile (pipelined collection)."""
+        if self._pending is not None:
+            raise RoboRLError("step_async() called again before step_wait()")
         actions = np.asarray(actions, dtype=np.float32)
         bufs = self._bufs
         want = bufs["actions"].shape
@@ -286,54 +307,74 @@ class SubprocVecEnv:
         if (actions.shape[:1] + actions.shape[2:] if chunked else actions.shape) != want or (chunked and not actions.shape[1]):
             raise RoboRLError(f"step() got actions of shape {actions.shape}; expected {want} or chunks "
                               f"({want[0]}, H, {', '.join(map(str, want[1:]))}) with H >= 1")
+        ws = list(range(len(self._rows))) if workers is None else sorted(set(workers))
         if not chunked:
-            bufs["actions"][:] = actions
-        sent = []
-        for w, rows in zip(self._workers, self._rows):
+            rows = [i for w in ws for i in self._rows[w]]
+            bufs["actions"][rows] = actions[rows]
+        sent: dict[int, bool] = {}
+        for w in ws:
             try:
-                w.conn.send(("step", [actions[i] for i in rows] if chunked else None))
-                sent.append(True)
+                self._workers[w].conn.send(("step", [actions[i] for i in self._rows[w]] if chunked else None))
+                sent[w] = True
             except (BrokenPipeError, OSError):
-                sent.append(False)
-        restarted = np.zeros(self.num_envs, bool)
-        rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        final_rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+                sent[w] = False
+        self._pending = (ws, sent, chunked)
+
+    def step_wait(self) -> StepResult:
+        """Results of the pending ``step_async``: all B envs, or (for a subset of workers) their rows in
+        order, listed in ``info["rows"]``."""
+        if self._pending is None:
+            raise RoboRLError("step_wait() without a pending step_async()")
+        ws, sent, chunked = self._pending
+        self._pending = None
+        bufs = self._bufs
+        rows = [i for w in ws for i in self._rows[w]]
+        pos = {i: j for j, i in enumerate(rows)}
+        restarted = np.zeros(len(rows), bool)
+        rest: list[dict[str, Any]] = [{} for _ in rows]
+        final_rest: list[dict[str, Any]] = [{} for _ in rows]
         extras: dict[str, list[Any]] = {}
-        for w, rows in enumerate(self._rows):
+        for w in ws:
             try:
                 if not sent[w]:
                     raise EOFError
                 replies = self._recv(w, self.step_timeout)
             except (EOFError, OSError, TimeoutError):
                 # the episodes of this worker's envs end here: their last good obs becomes final_obs
-                for i in rows:
+                for i in self._rows[w]:
                     for k in self.obs_spec:
                         bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
-                    final_rest[i] = self._last_rest[i]
-                for i, r in zip(rows, self._restart(w)):
-                    rest[i] = r or {}
-                    restarted[i] = True
+                    final_rest[pos[i]] = self._last_rest[i]
+                for i, r in zip(self._rows[w], self._restart(w)):
+                    rest[pos[i]] = r or {}
+                    restarted[pos[i]] = True
                     bufs["reward"][i] = 0.0
                     bufs["terminated"][i] = False
                     bufs["truncated"][i] = True
                     bufs["success"][i] = False
                     bufs["has_final"][i] = True
                 continue
-            for i, reply in zip(rows, replies):
+            for i, reply in zip(self._rows[w], replies):
                 if reply is not None:
                     r, fr, extra = reply
-                    rest[i], final_rest[i] = r or {}, fr or {}
+                    rest[pos[i]], final_rest[pos[i]] = r or {}, fr or {}
                     for k, v in extra.items():
-                        extras.setdefault(k, [None] * self.num_envs)[i] = v
-        self._last_rest = rest
-        info: dict[str, Any] = {"success": bufs["success"].copy(), "worker_restarted": restarted}
+                        extras.setdefault(k, [None] * len(rows))[pos[i]] = v
+        for i in rows:
+            self._last_rest[i] = rest[pos[i]]
+        full = len(rows) == self.num_envs
+        idx = None if full else np.array(rows)
+        sel = slice(None) if full else idx
+        info: dict[str, Any] = {"success": bufs["success"][sel].copy(), "worker_restarted": restarted}
         info.update(extras)
         if chunked:
-            info["chunk_steps"] = np.array([n or 0 for n in extras.get("chunk_steps", [0] * self.num_envs)], np.int64)
-        if bufs["has_final"].any():
-            info["final_obs"] = self._gather_obs("final", final_rest)
-        return StepResult(self._gather_obs("obs", rest), bufs["reward"].copy(), bufs["terminated"].copy(),
-                          bufs["truncated"].copy(), info)
+            info["chunk_steps"] = np.array([n or 0 for n in extras.get("chunk_steps", [0] * len(rows))], np.int64)
+        if not full:
+            info["rows"] = idx
+        if bufs["has_final"][sel].any():
+            info["final_obs"] = self._gather_obs("final", final_rest, idx)
+        return StepResult(self._gather_obs("obs", rest, idx), bufs["reward"][sel].copy(), bufs["terminated"][sel].copy(),
+                          bufs["truncated"][sel].copy(), info)
 
     def render(self) -> np.ndarray:
         """(B, H, W, 3) frames, one per env."""
@@ -409,6 +450,20 @@ class VecEnvWrapper:
 
     def step(self, actions: np.ndarray) -> StepResult:
         return self._impl.step(actions)
+
+    def step_async(self, actions: np.ndarray, workers: list[int] | None = None) -> None:
+        self._impl.step_async(actions, workers)
+
+    def step_wait(self) -> StepResult:
+        return self._impl.step_wait()
+
+    @property
+    def worker_rows(self) -> list[list[int]]:
+        return self._impl.worker_rows
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._impl.worker_rows)
 
     def render(self) -> np.ndarray:
         return self._impl.render()

@@ -7,7 +7,8 @@ import importlib
 from robo_rl.errors import RoboRLError
 
 BENCHES = {"env": "robo_rl.bench.env_overhead", "ppo": "robo_rl.bench.ppo_vs_sb3", "decode": "robo_rl.bench.decode",
-           "ros": "robo_rl.bench.ros_latency", "sample": "robo_rl.bench.sample"}
+           "ros": "robo_rl.bench.ros_latency", "sample": "robo_rl.bench.sample",
+           "rollout": "robo_rl.bench.rollout"}
 
 
 def run_bench(name: str, argv: list[str]) -> int:

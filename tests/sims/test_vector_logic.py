@@ -110,3 +110,22 @@ def test_action_chunks_run_in_the_worker_and_stop_at_the_episode_end(venv):
     assert res.info["chunk_steps"].tolist() == [4, 1] and res.truncated.tolist() == [True, True]
     with pytest.raises(Exception, match=r"expected \(2, 3\) or chunks \(2, H, 3\)"):
         venv.step(np.zeros((2, 0, 3), np.float32))
+
+
+def test_step_async_on_worker_subsets_for_pipelining(venv):
+    venv.reset(seed=0)
+    act = np.zeros((2, 3), np.float32)
+    venv.step_async(act, workers=[0])  # only env 0 steps
+    with pytest.raises(Exception, match="called again before step_wait"):
+        venv.step_async(act)
+    res = venv.step_wait()
+    assert res.obs["state"].shape == (1, 2) and res.info["rows"].tolist() == [0]
+    np.testing.assert_array_equal(res.obs["state"][:, 0], [1])
+    venv.step_async(act, workers=[1])
+    res = venv.step_wait()
+    np.testing.assert_array_equal(res.obs["state"][:, 0], [1])  # env 1 caught up
+    res = venv.step(act)  # the full step still works and reports all envs
+    np.testing.assert_array_equal(res.obs["state"][:, 0], [2, 2])
+    assert "rows" not in res.info
+    with pytest.raises(Exception, match="without a pending step_async"):
+        venv.step_wait()
