@@ -94,3 +94,31 @@ def test_openvla_token_log_probs_sum_to_evaluate_and_other_tokenizers_are_refuse
         algo.set_teacher(_mlp(0), (7,), (2,))
     with pytest.raises(ConfigError, match="'algo.teacher' is required for opd"):
         OPDConfig()
+
+
+@pytest.mark.parametrize("sampler", ["noise", "sde"])
+def test_opd_for_a_flow_vla_scores_denoising_transitions(sampler):
+    from vla.pi0.policy import Pi0Policy, Pi0PolicyConfig
+
+    obs_spec = {"rgb": ArraySpec((1, 32, 32, 3), "uint8"), "state": ArraySpec((5,), "float32")}
+    spec = ArraySpec((7,), "float32", -1.0, 1.0)
+    torch.manual_seed(0)
+    student = Pi0Policy(Pi0PolicyConfig(sampler=sampler, exec_steps=3), obs_spec, spec).eval()
+    torch.manual_seed(1)
+    teacher = Pi0Policy(Pi0PolicyConfig(sampler=sampler, exec_steps=3), obs_spec, spec).eval()
+    rng = np.random.default_rng(0)
+    obs = {"rgb": torch.from_numpy(rng.integers(0, 255, (4, 1, 32, 32, 3), dtype=np.uint8)),
+           "state": torch.from_numpy(rng.normal(size=(4, 5)).astype(np.float32))}
+    with torch.no_grad():
+        out = student.act(obs)
+        tok = student.token_log_probs(obs, out.extras)
+    assert tok.shape == (4, student.model.arch.num_steps if sampler == "noise" else 1)
+    torch.testing.assert_close(tok.sum(-1), out.log_prob, atol=1e-5, rtol=0)
+    algo = OPD(OPDConfig(teacher="unused", lr=1e-3), student)
+    algo.set_teacher(teacher, (7,), (7,))
+    z = torch.zeros(4)
+    stats = algo.update(RolloutBatch(obs, out.extras, out.log_prob, z, z, z))
+    assert np.isfinite(stats["policy_loss"]) and stats["reverse_kl"] != 0.0
+    other = Pi0Policy(Pi0PolicyConfig(sampler="sde" if sampler == "noise" else "noise", exec_steps=3), obs_spec, spec)
+    with pytest.raises(ConfigError, match="sampler"):
+        algo.set_teacher(other, (7,), (7,))

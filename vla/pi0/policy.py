@@ -274,6 +274,23 @@ class Pi0Policy(nn.Module):
                                   self.log_prob_mask(), self.noise_head)
         return logp, ent, self.value_head(pre.pooled.float()).squeeze(-1)
 
+    def token_log_probs(self, obs: dict[str, Any], extras: dict[str, Any]) -> torch.Tensor:
+        """(B, n) log-prob of each stochastic denoising transition of the stored paths (n = K for
+        Flow-Noise, 1 for Flow-SDE): the "tokens" of on-policy distillation for a flow VLA."""
+        pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
+        lp, _ = path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
+                              self.log_prob_mask(), self.noise_head, per_step=True)
+        return lp
+
+    def token_space(self) -> dict[str, Any]:
+        """What a transition means: a teacher scoring this policy's paths must agree on these."""
+        arch = self.model.arch
+        return {"kind": "pi0-flow", "sampler": self.cfg.sampler, "noise_level": self.cfg.noise_level,
+                "num_steps": arch.num_steps, "chunk_size": arch.chunk_size, "max_action_dim": arch.max_action_dim,
+                "exec_steps": self.exec_steps, "action_dim": self.action_dim,
+                "action_mean": [round(x, 6) for x in self.action_mean.tolist()],
+                "action_std": [round(x, 6) for x in self.action_std.tolist()]}
+
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         pre, _ = self.prefix(obs)
         return self.value_head(pre.pooled.float()).squeeze(-1)

@@ -146,10 +146,12 @@ def sample(model: Pi0Model, prefix: Prefix, state: torch.Tensor, x0: torch.Tenso
 
 
 def path_log_prob(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: torch.Tensor, step: torch.Tensor,
-                  cfg: SamplerConfig, mask: torch.Tensor, noise_head: NoiseHead | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cfg: SamplerConfig, mask: torch.Tensor, noise_head: NoiseHead | None = None,
+                  per_step: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(log_prob (B,), entropy (B,)) of a stored path under the current weights, in one batched pass:
     Flow-SDE scores the one stochastic step of each row; Flow-Noise all K steps (the prefix is
-    batch-repeated K times, so the K velocities come from a single expert forward)."""
+    batch-repeated K times, so the K velocities come from a single expert forward). ``per_step``:
+    (B, n) per stochastic transition instead (n = 1 for Flow-SDE, K for Flow-Noise), e.g. for OPD."""
     b, k = path.shape[0], path.shape[1] - 1
     ts, dt = step_times(k, path.device)
     mask = mask.expand_as(path[:, 0]) if mask.ndim == 2 else mask
@@ -160,7 +162,8 @@ def path_log_prob(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: to
         x, t = path[rows, step], ts[step]
         v, _ = model.velocity(prefix, state, x, t)
         mean, std = _sde_mean_std(x, v, t, dt, cfg.noise_level)
-        return _gaussian(path[rows, step + 1], mean, std, mask)
+        lp, en = _gaussian(path[rows, step + 1], mean, std, mask)
+        return (lp[:, None], en[:, None]) if per_step else (lp, en)
     if noise_head is None:
         raise ConfigError("the Flow-Noise sampler needs a noise head")
     rep = prefix.repeat(k)
@@ -169,4 +172,6 @@ def path_log_prob(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: to
     v, h = model.velocity(rep, state.repeat_interleave(k, 0), x, t)
     lp, en = _gaussian(path[:, 1:].reshape(b * k, *path.shape[2:]), x + dt * v, noise_head(h, t),
                        mask.repeat_interleave(k, 0))
+    if per_step:
+        return lp.view(b, k), en.view(b, k)
     return lp.view(b, k).sum(-1), en.view(b, k).sum(-1)
