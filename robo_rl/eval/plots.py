@@ -46,6 +46,35 @@ def learning_curve(metrics_csv: Path, out_png: Path) -> None:
     os.replace(tmp, out_png)
 
 
+def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, float] | None = None) -> None:
+    """Evaluation success against env steps for several runs (label -> metrics.csv) in one plot, with
+    an optional horizontal reference line (label, value), e.g. a teacher's success."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, path in runs.items():
+        pts = [(float(r["env_steps"]), float(r["eval/success_rate"])) for r in csv.DictReader(open(path))
+               if r.get("eval/success_rate") not in (None, "")]
+        if pts:
+            x, y = zip(*pts)
+            ax.plot(x, y, "o-", ms=3, label=label)
+    if reference is not None:
+        ax.axhline(reference[1], ls="--", c="k", lw=1, label=reference[0])
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("eval success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, out_png)
+
+
 def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
     """frames: list of (H, W, 3) uint8 -> mp4 at ``path`` (written to a temp name, then renamed)."""
     import imageio.v2 as imageio
