@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from robo_rl.runners.config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
-    if args.report:
+    if args.report or args.compare:
         from robo_rl.eval.report import write_report
 
-        print(json.dumps({"report": str(write_report(args.report, args.compare))}))
+        if not args.report:  # robo-rl eval --compare A.json B.json
+            if len(args.compare) != 2:
+                raise RoboRLError("--compare without --report takes two results files: --compare A.json B.json")
+            args.report, args.compare = args.compare[:1], args.compare[1:]
+        print(json.dumps({"report": str(write_report(args.report, args.compare, args.report_out))}))
         return 0
     if not args.checkpoint:
         raise RoboRLError("robo-rl eval needs a CHECKPOINT (or --report RESULTS_JSON)")
@@ -78,7 +83,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         if not args.out:
             raise RoboRLError("--benchmark needs --out RESULTS_JSON")
-        res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None, args.seed)
+        t0 = time.monotonic()
+        res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None,
+                                 args.seed, block=args.block, task=args.task, strengths=tuple(args.strengths),
+                                 media=args.media)
+        minutes = (time.monotonic() - t0) / 60
+        n_eps = sum(t["episodes"] for t in res["tasks"].values())
+        print(f"{args.benchmark}: {n_eps} episodes, {minutes:.2f} min in this call = {n_eps / max(minutes, 1e-9):.1f} "
+              "episodes/min (resumed blocks count as episodes but took no time)", file=sys.stderr)
         print(json.dumps({"out": args.out, "aggregate": res["aggregate"],
                           "tasks": {k: v["success_rate"] for k, v in res["tasks"].items()}}, indent=2))
         return 0
@@ -259,13 +271,22 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a run or checkpoint (or a benchmark of it; or report benchmark results)")
-    e.add_argument("checkpoint", nargs="?", help="run directory or checkpoints/step_* directory")
+    e.add_argument("checkpoint", nargs="?", help="run directory or checkpoints/step_* directory; with --benchmark also "
+                   "'random' or 'expert' (reference policies: uniform actions, the simulator's scripted expert)")
+    e.add_argument("--task", help="with --benchmark and a reference policy: the ManiSkill task (default PickCube-v1)")
     e.add_argument("--benchmark", help="named benchmark (libero-spatial, maniskill-vision, ...): results JSON to --out")
     e.add_argument("--out", help="benchmark results JSON (resumed if it holds finished blocks of the same evaluation)")
-    e.add_argument("--report", metavar="RESULTS_JSON", help="write a markdown + PNG report of benchmark results")
-    e.add_argument("--compare", metavar="RESULTS_JSON", help="with --report: a second policy's results, side by side")
+    e.add_argument("--report", metavar="RESULTS_JSON", nargs="+",
+                   help="write a markdown + PNG report of benchmark results (one section per file)")
+    e.add_argument("--compare", metavar="RESULTS_JSON", nargs="+",
+                   help="a second policy's results side by side (with --report), or A.json B.json alone")
+    e.add_argument("--report-out", metavar="MD", help="report path (default: the first results file with .md)")
     e.add_argument("--episodes", type=int, default=50)
     e.add_argument("--num-envs", type=int, default=0, help="parallel envs (default: the run's)")
+    e.add_argument("--strengths", type=lambda v: [float(x) for x in v.split(",")], default=[1.0],
+                   help="with --benchmark: comma-separated multiples of the split's variations to sweep, e.g. 0,0.5,1,2")
+    e.add_argument("--media", action="store_true", help="with --benchmark: thumbnails + video of a few episodes per task")
+    e.add_argument("--block", type=int, default=10, help="with --benchmark: episodes per block (the unit of resumption)")
     e.add_argument("--seed", type=int, default=10_000)
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
     e.add_argument("--video", help="mp4 path (default: <run>/eval_<checkpoint>.mp4)")

@@ -40,6 +40,17 @@ class VariationConfig:
     def active(self) -> bool:
         return self != VariationConfig()
 
+    def scaled(self, strength: float) -> VariationConfig:
+        """The same variations at ``strength`` times their size (0 = none, 1 = as configured): jitters
+        scale, the light range shrinks or grows about 1, paraphrasing stays on for any strength > 0."""
+        if strength < 0:
+            raise ConfigError(f"variation strength {strength} must be >= 0")
+        lo, hi = self.light_scale
+        return VariationConfig(camera_jitter=self.camera_jitter * strength,
+                               light_scale=(max(0.0, 1 - (1 - lo) * strength), 1 + (hi - 1) * strength),
+                               object_pose_jitter=self.object_pose_jitter * strength,
+                               paraphrase=self.paraphrase and strength > 0)
+
 
 _SYNONYMS = [
     (r"\bpick up\b", ["grab", "lift", "pick up"]),

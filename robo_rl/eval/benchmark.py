@@ -4,12 +4,13 @@ A benchmark is a list of tasks plus what it varies, applied on top of the env th
 in: LIBERO suites (every task of the suite, the official init states, the suite's episode length),
 and ManiSkill splits in the RL4VLA taxonomy built on the simulators' variation hooks (``id``: nothing;
 ``vision``: camera pose and lighting; ``semantic``: paraphrased instructions; ``execution``: object
-initial poses). Episodes run in blocks with pinned seeds (block b of task k uses seed
-``seed + 1000 k + 100 b``); the results JSON is rewritten atomically after every block, so a killed
+initial poses). Episodes run in blocks with pinned seeds: episode j of task k uses seed / init state
+``seed + 1000 k + j`` whichever env worker runs it (the envs continue their seed sequences with a
+stride of the env count), so results do not depend on ``--num-envs`` or the block size; the results JSON is rewritten atomically after every block, so a killed
 evaluation resumes where it stopped and gives the same numbers as an uninterrupted one.
 
 Results JSON (schema 1): ``{"schema", "benchmark", "varies", "checkpoint", "seed", "episodes_per_task",
-"block", "environment": {package versions, simulator backend}, "tasks": {task: {"blocks": {b: [episodes,
+"block", "strengths", "environment": {package versions, simulator backend}, "tasks": {task: {"blocks": {b: [episodes,
 successes, return sum]}, "episodes", "successes", "success_rate", "ci95": [low, high], "mean_return"}},
 "aggregate": {"mean", "mean_low", "mean_high", "iqm_over_tasks", "tasks"}}`` (per-task CIs from the
 bootstrap of the task's episodes; the mean over tasks with rliable's stratified bootstrap over episodes).
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from robo_rl.errors import ConfigError
+from robo_rl.eval.reference import REFERENCE_POLICIES, UniformRandomPolicy, expert_block, reference_env
 
 SCHEMA = 1
 
@@ -81,26 +83,67 @@ def _environment(sim: str) -> dict[str, str]:
     return out
 
 
-def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None) -> dict[str, Any]:
-    """task name -> env config for every task of the benchmark (built on the training env's settings)."""
+def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None,
+                     strengths: tuple[float, ...] = (1.0,)) -> dict[str, tuple[Any, int]]:
+    """task name -> (env config, task index for seeding) for every task of the benchmark, built on the
+    training env's settings. With several ``strengths`` a ManiSkill split is run at each multiple of
+    its variations ("PickCube-v1 x0.5"); the levels share the task's seeds (paired comparison)."""
     n = {"num_envs": num_envs} if num_envs else {}
     if bench.sim == "maniskill":
         if train_env.name != "maniskill":
             raise ConfigError(f"benchmark is a ManiSkill split but the policy was trained in {train_env.name!r}")
-        env = dataclasses.replace(train_env, variations=dataclasses.replace(train_env.variations, **bench.variations), **n)
-        return {train_env.task: env}
+        if tuple(strengths) != (1.0,) and not bench.variations:
+            raise ConfigError(f"this benchmark varies {bench.varies}: --strengths needs a split with variations "
+                              "(maniskill-vision, maniskill-semantic or maniskill-execution)")
+        varied = dataclasses.replace(train_env.variations, **bench.variations)
+        out = {}
+        for s in strengths:
+            key = train_env.task if tuple(strengths) == (1.0,) else f"{train_env.task} x{s:g}"
+            out[key] = (dataclasses.replace(train_env, variations=varied.scaled(s), **n), 0)
+        return out
+    if tuple(strengths) != (1.0,):
+        raise ConfigError("--strengths applies to ManiSkill splits; LIBERO suites vary nothing")
     from sims.libero.env import LiberoConfig
     from sims.libero.suites import suite_tasks
 
     base = train_env if train_env.name == "libero" else LiberoConfig()
-    return {f"{bench.suite}/{i}": dataclasses.replace(base, suite=bench.suite, task_ids=(i,), max_episode_steps=None, **n)
+    return {f"{bench.suite}/{i}": (dataclasses.replace(base, suite=bench.suite, task_ids=(i,), max_episode_steps=None, **n), i)
             for i in range(len(suite_tasks(bench.suite)))}
 
 
+def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: str) -> None:
+    """Thumbnails (last frame, named by outcome) of the first episode of every env and an mp4 of them side
+    by side: the same seeds as the task's first episodes. Kept out of the results JSON."""
+    import imageio.v2 as imageio
+
+    from robo_rl.eval.plots import write_video
+    from robo_rl.runners.build import build_env
+    from robo_rl.runners.evaluate import evaluate_policy
+
+    slug = task.replace("/", "_").replace(" ", "_")
+    if (media / f"{slug}.mp4").is_file():
+        return
+    media.mkdir(parents=True, exist_ok=True)
+    env = build_env(env_cfg, render=True)
+    try:
+        res = evaluate_policy(env, make_policy(env), env.num_envs, seed=seed, deterministic=True, record_video=True)
+    finally:
+        env.close()
+    width = res.frames[0].shape[1] // len(res.first_outcomes)
+    for i, (t, ok) in enumerate(res.first_outcomes):
+        imageio.imwrite(media / f"{slug}_env{i}_{'success' if ok else 'failure'}.png",
+                        res.frames[t][:, i * width:(i + 1) * width])
+    write_video(res.frames, media / f"{slug}.mp4")
+
+
 def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_envs: int | None = None,
-                       seed: int = 10_000, block: int = 10) -> dict[str, Any]:
+                       seed: int = 10_000, block: int = 10, task: str | None = None,
+                       strengths: tuple[float, ...] = (1.0,), media: bool = False) -> dict[str, Any]:
     """Evaluate ``checkpoint`` on benchmark ``name`` (``episodes`` per task), resuming ``out`` if it holds
-    finished blocks of the same evaluation."""
+    finished blocks of the same evaluation. ``checkpoint`` may name a reference policy instead
+    (``random`` or ``expert``, see ``robo_rl.eval.reference``; ``task`` picks the ManiSkill task).
+    ``strengths``: multiples of the split's variations to sweep; ``media``: thumbnails and videos of a few
+    episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert)."""
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.checkpoint import atomic_write_text
     from robo_rl.config import from_dict
@@ -112,16 +155,25 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     bench = get_benchmark(name)
     if episodes < 1 or block < 1:
         raise ConfigError("--episodes and the block size must be >= 1")
-    ckpt = ckpt_io.resolve(checkpoint)
-    train_env = from_dict(TrainConfig, ckpt_io.read_meta(ckpt)["config"]).env
-    policy, obs_spec, _ = policy_from_checkpoint(str(ckpt))
-    if bench.needs_rgb and "rgb" not in obs_spec:
-        raise ConfigError(f"benchmark {name!r} varies {bench.varies}, but the policy observes only "
-                          f"{', '.join(sorted(obs_spec))}: evaluate it on a split a state policy can feel")
-    envs = task_env_configs(bench, train_env, num_envs)
+    reference = checkpoint in REFERENCE_POLICIES
+    policy: Any = None
+    if reference:
+        train_env = reference_env(bench.sim, task)
+        label = checkpoint
+    else:
+        if task is not None:
+            raise ConfigError("--task is for reference policies (random, expert); a checkpoint evaluates its own task")
+        ckpt = ckpt_io.resolve(checkpoint)
+        label = str(ckpt)
+        train_env = from_dict(TrainConfig, ckpt_io.read_meta(ckpt)["config"]).env
+        policy, obs_spec, _ = policy_from_checkpoint(str(ckpt))
+        if bench.needs_rgb and "rgb" not in obs_spec:
+            raise ConfigError(f"benchmark {name!r} varies {bench.varies}, but the policy observes only "
+                              f"{', '.join(sorted(obs_spec))}: evaluate it on a split a state policy can feel")
+    envs = task_env_configs(bench, train_env, num_envs, tuple(strengths))
     path = Path(out)
-    header = {"schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": str(ckpt), "seed": seed,
-              "episodes_per_task": episodes, "block": block}
+    header = {"schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": label, "seed": seed,
+              "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths]}
     results: dict[str, Any] = {**header, "environment": _environment(bench.sim), "tasks": {}}
     if path.is_file():
         old = json.loads(path.read_text())
@@ -130,19 +182,30 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
                               "choose another --out or delete it")
         results["tasks"] = old.get("tasks", {})
     n_blocks = (episodes + block - 1) // block
-    for k, (task, env_cfg) in enumerate(envs.items()):
+    for task, (env_cfg, k) in envs.items():
         rec = results["tasks"].setdefault(task, {"blocks": {}})
         todo = [b for b in range(n_blocks) if str(b) not in rec["blocks"]]
-        if todo:
+        if todo and checkpoint == "expert":
+            for b in todo:
+                n = min(block, episodes - b * block)
+                rec["blocks"][str(b)] = list(expert_block(env_cfg, n, seed + 1000 * k + block * b))
+                atomic_write_text(path, json.dumps(results, indent=1))
+        elif todo:
             env = build_env(env_cfg)
             try:
                 for b in todo:
                     n = min(block, episodes - b * block)
-                    res = evaluate_policy(env, policy, n, seed=seed + 1000 * k + 100 * b, deterministic=True)
+                    s_b = seed + 1000 * k + block * b
+                    pol = UniformRandomPolicy(env.action_spec, s_b) if checkpoint == "random" else policy
+                    res = evaluate_policy(env, pol, n, seed=s_b, deterministic=True)
                     rec["blocks"][str(b)] = [res.episodes, res.successes, res.mean_return * res.episodes]
                     atomic_write_text(path, json.dumps(results, indent=1))
             finally:
                 env.close()
+        if media and checkpoint != "expert":
+            s_0 = seed + 1000 * k
+            make = (lambda e, s0=s_0: UniformRandomPolicy(e.action_spec, s0)) if checkpoint == "random" else (lambda e: policy)
+            _save_media(env_cfg, make, s_0, path.with_suffix(".media"), task)
         eps = sum(v[0] for v in rec["blocks"].values())
         succ = sum(v[1] for v in rec["blocks"].values())
         rate, lo, hi = success_ci(np.r_[np.ones(succ), np.zeros(eps - succ)], seed=seed)

@@ -1,5 +1,7 @@
-"""Markdown + PNG report of benchmark results JSON (``robo_rl.eval.benchmark``), optionally comparing
-two policies on the same benchmark (side-by-side table, probability of improvement)."""
+"""Markdown + PNG report of benchmark results JSON (``robo_rl.eval.benchmark``): one section per
+results file (a table per split, bar chart with 95% CIs, success vs variation strength when the split
+was swept, thumbnails when the evaluation saved media), optionally comparing a second policy on the
+same benchmarks (side-by-side tables and charts, probability of improvement)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,38 @@ from typing import Any
 import numpy as np
 
 from robo_rl.errors import ConfigError
+from robo_rl.eval.reference import REFERENCE_POLICIES
 
 
 def _load(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"results file '{p}' does not exist; write one with 'robo-rl eval CKPT --benchmark NAME --out FILE'")
-    data = json.loads(p.read_text())
-    if data.get("schema") != 1 or "tasks" not in data:
-        raise ConfigError(f"'{p}' is not a robo-rl benchmark results file (schema 1)")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError:
+        data = {}
+    if data.get("schema") != 1 or "tasks" not in data or "aggregate" not in data:
+        raise ConfigError(f"'{p}' is not a finished robo-rl benchmark results file (schema 1)")
+    data["_path"] = str(p)
     return data
+
+
+def label_of(res: dict[str, Any]) -> str:
+    """A short name for the evaluated policy: the reference policy or the run directory."""
+    ck = res["checkpoint"]
+    if ck in REFERENCE_POLICIES:
+        return ck
+    p = Path(ck)
+    return (p.parent.parent.name if p.parent.name == "checkpoints" else p.name) or ck
+
+
+def _split_strength(task: str) -> tuple[str, float | None]:
+    base, _, s = task.rpartition(" x")
+    try:
+        return (base, float(s)) if base else (task, None)
+    except ValueError:
+        return task, None
 
 
 def _bars(results: list[dict[str, Any]], labels: list[str], out_png: Path) -> None:
@@ -31,7 +55,7 @@ def _bars(results: list[dict[str, Any]], labels: list[str], out_png: Path) -> No
     tasks = list(results[0]["tasks"])
     x = np.arange(len(tasks))
     width = 0.8 / len(results)
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(tasks) + 2), 3.2))
+    fig, ax = plt.subplots(figsize=(max(4, 0.9 * len(tasks) + 2), 3.2))
     for i, (res, label) in enumerate(zip(results, labels)):
         rates = np.array([res["tasks"][t]["success_rate"] for t in tasks])
         lo = np.array([res["tasks"][t]["ci95"][0] for t in tasks])
@@ -43,24 +67,59 @@ def _bars(results: list[dict[str, Any]], labels: list[str], out_png: Path) -> No
     ax.set_title(results[0]["benchmark"])
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=120)
+    fig.savefig(out_png, dpi=110)
     plt.close(fig)
 
 
-def write_report(results_path: str, compare_path: str | None = None, out: str | None = None) -> Path:
-    """Write ``<results>.md`` (+ ``.png``) and return the markdown path."""
-    a = _load(results_path)
-    runs, labels = [a], [Path(a["checkpoint"]).parent.parent.name or "A"]
-    if compare_path:
-        b = _load(compare_path)
-        if b["benchmark"] != a["benchmark"] or list(b["tasks"]) != list(a["tasks"]):
-            raise ConfigError(f"cannot compare {a['benchmark']} with {b['benchmark']}: different benchmarks or task lists")
-        runs.append(b)
-        labels.append(Path(b["checkpoint"]).parent.parent.name or "B")
-    md = Path(out) if out else Path(results_path).with_suffix(".md")
-    png = md.with_suffix(".png")
+def _strength_plot(results: list[dict[str, Any]], labels: list[str], out_png: Path) -> bool:
+    """Success vs variation strength (one line per policy and task) if the split was swept."""
+    curves: dict[tuple[int, str], list[tuple[float, float, float, float]]] = {}
+    for i, res in enumerate(results):
+        for t, rec in res["tasks"].items():
+            base, s = _split_strength(t)
+            if s is not None:
+                curves.setdefault((i, base), []).append((s, rec["success_rate"], *rec["ci95"]))
+    if not curves or all(len(v) < 2 for v in curves.values()):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    for (i, base), pts in sorted(curves.items()):
+        s, r, lo, hi = map(np.array, zip(*sorted(pts)))
+        line, = ax.plot(s, r, "o-", ms=3, label=f"{labels[i]}: {base}")
+        ax.fill_between(s, lo, hi, color=line.get_color(), alpha=0.15)
+    ax.set_xlabel(f"variation strength (x {results[0]['benchmark']} split)")
+    ax.set_ylabel("success (95% CI)")
+    ax.set_ylim(-0.02, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _thumbnails(res: dict[str, Any], md_dir: Path, label: str) -> list[str]:
+    media = Path(res["_path"]).with_suffix(".media")
+    pngs = sorted(media.glob("*.png")) if media.is_dir() else []
+    if not pngs:
+        return []
+    import os
+
+    cells = [f"![{p.stem}]({os.path.relpath(p, md_dir)})" for p in pngs[:8]]
+    names = [p.stem.rsplit("_", 2)[0] + " " + p.stem.rsplit("_", 1)[1] for p in pngs[:8]]
+    return ["", f"Last frames of {label}'s first episodes (videos next to them in `{media.name}/`):", "",
+            "| " + " | ".join(names) + " |", "|" + "---|" * len(cells), "| " + " | ".join(cells) + " |"]
+
+
+def _section(runs: list[dict[str, Any]], labels: list[str], md_dir: Path, stem: str) -> list[str]:
+    a = runs[0]
+    png = md_dir / f"{stem}.png"
     _bars(runs, labels, png)
-    lines = [f"# {a['benchmark']}", "", f"Varies: {a['varies']}.", "",
+    lines = [f"## {a['benchmark']}", "", f"Varies: {a['varies']}.", "",
              f"Episodes per task: {a['episodes_per_task']}, seeds from {a['seed']}; environment: "
              + ", ".join(f"{k} {v}" for k, v in a["environment"].items()), "",
              "| task | " + " | ".join(f"{lab} success [95% CI]" for lab in labels) + " |",
@@ -72,6 +131,8 @@ def write_report(results_path: str, compare_path: str | None = None, out: str | 
     lines.append("| **mean over tasks** | " + " | ".join(
         f"**{r['aggregate']['mean']:.2f}** [{r['aggregate']['mean_low']:.2f}, {r['aggregate']['mean_high']:.2f}]"
         for r in runs) + " |")
+    if len(a["tasks"]) >= 4:
+        lines.append("| IQM over tasks | " + " | ".join(f"{r['aggregate']['iqm_over_tasks']:.2f}" for r in runs) + " |")
     if len(runs) == 2:
         from robo_rl.eval.stats import improvement
 
@@ -79,6 +140,37 @@ def write_report(results_path: str, compare_path: str | None = None, out: str | 
         xb = np.array([[runs[1]["tasks"][t]["success_rate"] for t in a["tasks"]]])
         p = improvement(xa, xb, reps=200)
         lines += ["", f"P({labels[0]} > {labels[1]}) over tasks: {p['p_improvement']:.2f}"]
-    lines += ["", f"![success per task]({png.name})", ""]
+    lines += ["", f"![success per task]({png.name})"]
+    strength_png = md_dir / f"{stem}_strength.png"
+    if _strength_plot(runs, labels, strength_png):
+        lines += ["", f"![success vs variation strength]({strength_png.name})"]
+    for r, lab in zip(runs, labels):
+        lines += _thumbnails(r, md_dir, lab)
+    return lines + [""]
+
+
+def write_report(results_paths: str | list[str], compare_paths: str | list[str] | None = None,
+                 out: str | None = None) -> Path:
+    """Write a markdown report (+ PNGs) of one or more results files (one section each), each compared
+    with the results of the same benchmark in ``compare_paths`` if given; return the markdown path."""
+    paths = [results_paths] if isinstance(results_paths, str) else list(results_paths)
+    comp = [compare_paths] if isinstance(compare_paths, str) else list(compare_paths or [])
+    mains = [_load(p) for p in paths]
+    others = {}
+    for b in map(_load, comp):
+        others[(b["benchmark"], tuple(b["tasks"]))] = b
+    md = Path(out) if out else Path(paths[0]).with_suffix(".md")
+    title = label_of(mains[0]) + (f" vs {label_of(next(iter(others.values())))}" if others else "")
+    lines = [f"# Benchmark report: {title}", ""]
+    for a in mains:
+        runs = [a]
+        if comp:
+            b = others.get((a["benchmark"], tuple(a["tasks"])))
+            if b is None:
+                raise ConfigError(f"no comparison results for {a['benchmark']} with tasks {', '.join(a['tasks'])} "
+                                  f"among {', '.join(comp)}: evaluate the second policy on the same benchmark")
+            runs.append(b)
+        stem = md.stem + ("" if len(mains) == 1 else f"_{a['benchmark']}")
+        lines += _section(runs, [label_of(r) for r in runs], md.parent, stem)
     md.write_text("\n".join(lines))
     return md

@@ -22,6 +22,8 @@ class EvalResult:
     successes: int
     mean_return: float
     frames: list[np.ndarray] = field(default_factory=list)
+    first_outcomes: list[tuple[int, bool]] = field(default_factory=list)
+    """When recorded: per env, (index in ``frames`` of the last frame of its first episode, success)."""
 
     @property
     def success_rate(self) -> float:
@@ -49,6 +51,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
     ep_ret = np.zeros(b)
     frames: list[np.ndarray] = []
     first_done = np.zeros(b, bool)
+    first: dict[int, tuple[int, bool]] = {}
     obs, _ = env.reset(seed=seed)
     policy.reset()
     steps = 0
@@ -60,6 +63,8 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
         ep_ret += res.reward
         done = res.terminated | res.truncated
         for i in np.flatnonzero(done):
+            if record_video and not first_done[i]:
+                first[i] = (len(frames) - 1, bool(res.info["success"][i]))
             if done_count[i] < quota[i]:
                 successes += int(res.info["success"][i])
                 returns.append(float(ep_ret[i]))
@@ -70,7 +75,8 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
             policy.reset(np.flatnonzero(done))
         obs = res.obs
         steps += 1
-    return EvalResult(int(done_count.sum()), successes, float(np.mean(returns)) if returns else 0.0, frames)
+    return EvalResult(int(done_count.sum()), successes, float(np.mean(returns)) if returns else 0.0, frames,
+                      [first[i] for i in sorted(first)])
 
 
 def save_video(result: EvalResult, path: Path, fps: int = 20) -> Path | None:

@@ -7,7 +7,8 @@ Actions (B, 7): end-effector delta position (3) and delta rotation (3) in [-1, 1
 OSC_POSE controller, gripper (1): -1 open, +1 close (LIBERO's convention).
 Success comes from LIBERO's own goal predicates (``check_success``); an episode terminates on
 success and is truncated at the suite's standard length. Each reset loads the next official init
-state of the task (env i starts at init state ``seed + i``), then waits ``settle_steps`` no-op steps
+state of the task (env i of B takes init states ``seed + i``, ``seed + i + B``, ...: B envs cover
+``seed .. seed + n - 1`` without repeats), then waits ``settle_steps`` no-op steps
 for objects to settle, as the standard evaluations do.
 """
 
@@ -84,7 +85,8 @@ def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 class LiberoSingleEnv:
     """One LIBERO task in one process (see module docstring for the contract)."""
 
-    def __init__(self, cfg: LiberoConfig, task_index: int, env_index: int = 0, render_gpu: int = -1) -> None:
+    def __init__(self, cfg: LiberoConfig, task_index: int, env_index: int = 0, render_gpu: int = -1,
+                 init_stride: int = 1) -> None:
         from sims.libero.paths import check_assets, ensure_config
 
         ensure_config()
@@ -103,6 +105,7 @@ class LiberoSingleEnv:
         if cfg.fast_render:
             self._lighten_rendering()
         self._next_init = env_index
+        self._init_stride = init_stride  # envs sharing the task take disjoint init states
         self.t = 0
         self.instruction = self.task.instruction
         model = self.env.sim.model
@@ -160,7 +163,7 @@ class LiberoSingleEnv:
             self._apply_variations(self._next_init)
             self.env._update_observables(force=True)
             raw = self.env.env._get_observations()
-        self._next_init += 1
+        self._next_init += self._init_stride
         for _ in range(self.cfg.settle_steps):
             raw, _, _, _ = self.env.step(NOOP.tolist())
         self.t = 0
@@ -188,7 +191,7 @@ class _Factory:
     render_gpu: int
 
     def __call__(self) -> LiberoSingleEnv:
-        return LiberoSingleEnv(self.cfg, self.task_index, self.env_index, self.render_gpu)
+        return LiberoSingleEnv(self.cfg, self.task_index, self.env_index, self.render_gpu, init_stride=self.cfg.num_envs)
 
 
 def render_devices(cfg: LiberoConfig) -> list[int]:

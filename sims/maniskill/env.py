@@ -158,19 +158,29 @@ def _split_obs(raw: Any, obs_mode: str) -> dict[str, np.ndarray]:
 class ManiSkillSingleEnv:
     """One CPU-physics ManiSkill env, unbatched, for a worker process."""
 
-    def __init__(self, cfg: ManiSkillConfig, render: bool = False, render_backend: str | None = "cpu") -> None:
+    def __init__(self, cfg: ManiSkillConfig, render: bool = False, render_backend: str | None = "cpu",
+                 seed_stride: int = 0) -> None:
         self.cfg = cfg
         self.env = _make_gym_env(cfg, "physx_cpu", 1, render, render_backend)
         self._episode_seed: int | None = None
         self._episodes = 0
+        self.seed_stride = seed_stride
         self.instruction = instruction_for(cfg.task)
         obs = self.reset(seed=0)
+        self._seeded: int | None = None  # the caller's last explicit seed (the reset above does not count)
         space = self.env.action_space
         self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
                                      float(np.max(space.high)), cfg.control_mode or "default")
         self.obs_spec = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in obs.items() if isinstance(v, np.ndarray)}
 
     def reset(self, seed: int | None = None) -> dict[str, Any]:
+        """Reset; with ``seed_stride`` B an unseeded reset after a seeded one continues the seed
+        sequence (seed + B, seed + 2B, ...), so env i of B covers seeds seed + i + kB and a VecEnv's
+        episodes are pinned to seeds whatever the worker that runs them."""
+        if seed is None and self.seed_stride and getattr(self, "_seeded", None) is not None:
+            seed = self._seeded + self.seed_stride
+        if seed is not None:
+            self._seeded = seed
         raw, _ = self.env.reset(seed=seed)
         if self.cfg.variations.active:
             if seed is not None:
@@ -248,7 +258,7 @@ class _Factory:
     render_backend: str
 
     def __call__(self) -> ManiSkillSingleEnv:
-        return ManiSkillSingleEnv(self.cfg, self.render, self.render_backend)
+        return ManiSkillSingleEnv(self.cfg, self.render, self.render_backend, seed_stride=self.cfg.num_envs)
 
 
 def render_backends(cfg: ManiSkillConfig) -> list[str]:

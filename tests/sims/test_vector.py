@@ -53,6 +53,27 @@ def test_per_env_seeds_are_deterministic_and_distinct(need_maniskill):
         b.close()
 
 
+def test_later_episodes_continue_each_envs_seed_sequence(need_maniskill):
+    """Env i of B runs seeds seed + i, seed + i + B, ...: episode 2 of env 0 starts exactly as a
+    fresh env reset with seed + 2 (so evaluations do not depend on which worker runs an episode)."""
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+
+    env = _env()
+    try:
+        env.reset(seed=3)
+        for _ in range(5):
+            res = env.step(np.zeros((2, 8), np.float32))
+        assert res.truncated.all()
+        single = ManiSkillSingleEnv(ManiSkillConfig(task="PushCube-v1", num_envs=1, max_episode_steps=5))
+        try:
+            for i in range(2):
+                np.testing.assert_array_equal(res.obs["state"][i], single.reset(seed=3 + 2 + i)["state"])
+        finally:
+            single.close()
+    finally:
+        env.close()
+
+
 def test_killed_worker_is_replaced_and_episode_truncated(need_maniskill):
     env = _env(max_episode_steps=50)
     try:
