@@ -30,6 +30,13 @@ class EpisodeStats:
         self.ret[done] = 0.0
         self.len[done] = 0
 
+    def add(self, ret: float, length: int, success: float) -> None:
+        """Record an episode finished elsewhere (a rollout worker's)."""
+        self.returns.append(float(ret))
+        self.lengths.append(int(length))
+        self.successes.append(float(success))
+        self.episodes += 1
+
     def summary(self) -> dict[str, float]:
         if not self.returns:
             return {}

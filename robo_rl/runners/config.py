@@ -69,6 +69,33 @@ class RunConfig:
             raise ConfigError(f"config key 'run.torch_threads' = {self.torch_threads} must be >= 1")
 
 
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where rollouts run: in this process (``address: null``) or on Ray rollout workers."""
+
+    address: str | None = None
+    """Ray cluster: ``auto`` (the cluster this machine belongs to), ``HOST:PORT`` of a head, or ``local``
+    (start a private Ray on this machine); null = no Ray, the plain single-process loop."""
+    num_workers: int = 2
+    """Rollout workers (Ray actors); the env.num_envs envs are split over them as evenly as possible."""
+    cpus_per_worker: float = 1.0
+    """Ray CPUs reserved per worker (its envs' subprocesses run inside the reservation)."""
+    gpus_per_worker: float = 0.0
+    """Ray GPUs per worker (fractions share a GPU; rendering/physics are placed on what Ray assigns)."""
+    max_worker_restarts: int = 3
+    """Lost workers replaced (each with the last weights) before the run gives up."""
+    connect_timeout_s: float = 10.0
+    """Seconds to reach the head before failing with a one-line error."""
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1:
+            raise ConfigError(f"config key 'cluster.num_workers' = {self.num_workers} must be >= 1")
+        if self.cpus_per_worker < 0 or self.gpus_per_worker < 0:
+            raise ConfigError("config keys 'cluster.cpus_per_worker'/'cluster.gpus_per_worker' must be >= 0")
+        if self.max_worker_restarts < 0:
+            raise ConfigError(f"config key 'cluster.max_worker_restarts' = {self.max_worker_restarts} must be >= 0")
+
+
 def _default(registry: Any, name: str) -> Any:
     return lambda: registry.get(name).Config()
 
@@ -85,3 +112,5 @@ class TrainConfig:
     """Algorithm section; 'name' picks the algorithm (ppo, ...)."""
     run: RunConfig = field(default_factory=RunConfig)
     """Run settings."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Ray rollout workers (off unless cluster.address is set)."""

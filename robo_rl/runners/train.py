@@ -19,10 +19,8 @@ import yaml
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, RoboRLError, RunDirError
-from robo_rl.rollout.buffer import RolloutBuffer, obs_to_torch
-from robo_rl.rollout.normalize import ReturnScaler
-from robo_rl.rollout.stats import EpisodeStats
-from robo_rl.runners.build import build_algorithm, build_env, build_policy, to_env_actions
+from robo_rl.rollout.collector import Collector
+from robo_rl.runners.build import build_algorithm, build_env, build_policy
 from robo_rl.runners.config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy, save_video
 from robo_rl.runners.logger import MetricsLogger
@@ -136,7 +134,13 @@ class Trainer:
         torch.set_num_threads(rc.torch_threads)
         self._seed(rc.seed)
         self.generator = torch.Generator().manual_seed(rc.seed)
-        self.env = build_env(cfg.env)
+        self._ray: Any = None
+        if cfg.cluster.address is not None:
+            from robo_rl.distributed.rollout import RayRollouts
+
+            self._ray = self.env = RayRollouts(cfg)  # connects and checks resources; workers start in _run
+        else:
+            self.env = build_env(cfg.env)
         self.eval_env: Any = None
         try:
             return self._run()
@@ -148,6 +152,11 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         cfg, rc = self.cfg, self.cfg.run
         env = self.env
+        gamma = getattr(cfg.algo, "gamma", 0.99)
+        lam = getattr(cfg.algo, "gae_lambda", 0.95)
+        bootstrap = getattr(cfg.algo, "bootstrap_on_terminated", False)
+        if self._ray is not None:  # rollout workers on Ray: each collects and finishes its share of the batch
+            self._ray.configure(gamma, lam, bootstrap)
         self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
         self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
         if hasattr(self.algo, "set_teacher"):  # teacher-guided algorithms (RPD, OPD) get their teacher here
@@ -156,22 +165,19 @@ class Trainer:
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
             self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
             log.info("teacher policy from %s", cfg.algo.teacher)
-        gamma = getattr(cfg.algo, "gamma", 0.99)
-        lam = getattr(cfg.algo, "gae_lambda", 0.95)
-        self.reward_scaler = ReturnScaler(env.num_envs, gamma) if rc.reward_norm else None
+        source: Any = self._ray if self._ray is not None else \
+            Collector(env, self.policy, rc.rollout_steps, gamma, lam, bootstrap, rc.reward_norm)
+        self.reward_scaler = source.reward_scaler
         if self._resume_ckpt is not None:
             self._restore(self._resume_ckpt)
         elif rc.init_from:
             load_policy_weights(self.policy, rc.init_from)
         st = self.state
-        b, t_len = env.num_envs, rc.rollout_steps
-        buffer = RolloutBuffer(t_len, b)
-        stats = EpisodeStats(b)
         metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard)
-        obs, _ = env.reset(seed=rc.seed + 1000 * st.iteration)
-        tobs = obs_to_torch(obs)
+        tobs = source.reset(seed=rc.seed + 1000 * st.iteration)
         if st.iteration == 0 and hasattr(self.policy, "update_normalizer"):
             self.policy.update_normalizer(tobs)
+        source.sync(self.policy)
         t_start = time.monotonic() - st.wall_time
         if st.next_eval == 0:
             st.next_eval = rc.eval_every_steps
@@ -186,41 +192,23 @@ class Trainer:
                     break
                 it_start = time.monotonic()
                 steps_before = st.env_steps
-                self.policy.eval()
-                with torch.no_grad():
-                    for _ in range(t_len):
-                        out = self.policy.act(tobs)
-                        res = env.step(to_env_actions(out.actions, env.action_spec))
-                        done = res.terminated | res.truncated
-                        final_v = None
-                        if "final_obs" in res.info and done.any():
-                            final_v = self.policy.value(obs_to_torch(res.info["final_obs"]))
-                        reward = res.reward
-                        stats.update(reward, done, res.info["success"])
-                        if self.reward_scaler is not None:
-                            reward = self.reward_scaler(reward, done)
-                        buffer.add(tobs, out.extras, out.log_prob, out.value, reward, res.terminated,
-                                   res.truncated, final_v, done)
-                        if done.any():
-                            self.policy.reset(np.flatnonzero(done))
-                        obs = res.obs
-                        tobs = obs_to_torch(obs)
-                        st.env_steps += int(res.info["chunk_steps"].sum()) if "chunk_steps" in res.info else b
-                    batch = buffer.finish(self.policy.value(tobs), gamma, lam,
-                                          getattr(cfg.algo, "bootstrap_on_terminated", False))
+                batch, steps = source.collect()
+                st.env_steps += steps
                 self.policy.train()
                 if hasattr(self.algo, "set_progress"):
                     self.algo.set_progress(st.env_steps / rc.total_env_steps)
                 losses = self.algo.update(batch)
                 if hasattr(self.policy, "update_normalizer"):
                     self.policy.update_normalizer(batch.obs)
+                source.sync(self.policy)  # weights (and normalizer statistics) to the rollout workers
                 st.iteration += 1
                 st.wall_time = time.monotonic() - t_start
                 row: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
                                        "wall_time": round(st.wall_time, 3),
                                        "steps_per_s": (st.env_steps - steps_before) / max(1e-9, time.monotonic() - it_start),
-                                       "env/worker_restarts": getattr(env, "restarts", 0)}
-                row.update({f"train/{k}": v for k, v in stats.summary().items()})
+                                       "env/worker_restarts": getattr(env, "restarts", 0)
+                                       + sum(getattr(env, "env_restarts", []))}
+                row.update({f"train/{k}": v for k, v in source.stats.summary().items()})
                 row.update({f"loss/{k}": v for k, v in losses.items()})
                 if rc.eval_every_steps > 0 and st.env_steps >= st.next_eval:
                     st.next_eval += rc.eval_every_steps
@@ -320,6 +308,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     """Start a fresh run (offline algorithms such as bc run the offline loop)."""
     from robo_rl.registry import ALGORITHMS
 
+    if cfg.cluster.address is not None:
+        from robo_rl.distributed.rollout import preflight
+
+        preflight(cfg)  # one-line errors before anything starts
     run_dir = make_run_dir(cfg)
     if getattr(ALGORITHMS.get(cfg.algo.name), "offline", False):
         from robo_rl.runners.offline import OfflineTrainer

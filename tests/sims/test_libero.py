@@ -84,6 +84,20 @@ def test_official_init_state_and_success_predicate(need_libero):
         env.close()
 
 
+def test_envs_sharing_a_task_take_disjoint_init_states(need_libero):
+    """Env i of B loads init states seed + i, seed + i + B, ... (no two envs repeat an init state)."""
+    from sims.libero.env import LiberoConfig, LiberoSingleEnv
+
+    env = LiberoSingleEnv(LiberoConfig(suite="libero_spatial", image_size=64, settle_steps=0), 0, init_stride=2)
+    try:
+        env.reset(seed=5)
+        np.testing.assert_allclose(env.env.get_sim_state(), env.init_states[5], atol=1e-6)
+        env.reset()
+        np.testing.assert_allclose(env.env.get_sim_state(), env.init_states[7], atol=1e-6)
+    finally:
+        env.close()
+
+
 def test_vec_env_contract_two_suites(need_libero):
     from sims.libero.env import LiberoConfig, LiberoVecEnv
 

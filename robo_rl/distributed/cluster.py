@@ -1,0 +1,93 @@
+"""Connecting to a Ray cluster with one-line errors before anything starts.
+
+Checked up front, so a run never starts half-way: Ray is installed; the head address is reachable
+(a TCP connect, seconds instead of Ray's long retry loop); the head runs our Ray version (Ray
+checks it when joining; we turn its message into one line); the
+cluster has the CPUs/GPUs the requested rollout workers reserve.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from robo_rl.errors import ConfigError, RoboRLError
+
+log = logging.getLogger(__name__)
+
+
+class ClusterError(RoboRLError):
+    """The Ray cluster cannot run this job (unreachable, other version, too few resources)."""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError("cluster.address is set but Ray is not installed; pip install -e '.[ray]' "
+                           "(or run without cluster.address)") from None
+    return ray
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"config key 'cluster.address' = {address!r}: use auto, local or HOST:PORT (e.g. 10.0.0.5:6379)")
+    return host, int(port)
+
+
+def _resolve_auto() -> str | None:
+    """The address ``ray start`` recorded for this machine (None if no cluster runs here)."""
+    env = os.environ.get("RAY_ADDRESS")
+    if env:
+        return env
+    try:
+        with open("/tmp/ray/ray_current_cluster") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def connect(address: str, timeout_s: float = 10.0) -> Any:
+    """``ray.init`` for ``address`` (auto | local | HOST:PORT); returns the ``ray`` module."""
+    ray = _ray()
+    if ray.is_initialized():
+        return ray
+    if address == "local":
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        return ray
+    target = _resolve_auto() if address == "auto" else address
+    if target is None:
+        raise ClusterError("cluster.address=auto but no Ray cluster runs on this machine; start one with "
+                           "launch/ray_head.sh (or pass cluster.address=HOST:PORT, or cluster.address=local)")
+    target = target.removeprefix("ray://")
+    host, port = _host_port(target)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ClusterError(f"cannot reach the Ray head at {host}:{port} ({err.strerror or err}); check "
+                           "cluster.address and that 'ray start --head' runs there (launch/ray_head.sh)") from None
+    try:
+        ray.init(address=f"{host}:{port}", log_to_driver=False, configure_logging=False)
+    except Exception as err:  # Ray raises RuntimeError / ConnectionError subclasses with long texts
+        text = str(err)
+        if "version" in text.lower():
+            raise ClusterError(f"the Ray cluster at {host}:{port} runs another Ray/Python version than this "
+                               f"process (ray {ray.__version__}); install the same version on every node "
+                               f"(constraints.txt pins it): {text.splitlines()[0][:200]}") from None
+        raise ClusterError(f"cannot join the Ray cluster at {host}:{port}: {text.splitlines()[0][:300]}") from None
+    return ray
+
+
+def check_resources(ray: Any, workers: int, cpus: float, gpus: float) -> None:
+    """Fail before any actor starts if the cluster cannot host ``workers`` x (cpus, gpus)."""
+    have = ray.cluster_resources()
+    need_cpu, need_gpu = workers * cpus, workers * gpus
+    if need_cpu > have.get("CPU", 0.0) + 1e-9 or need_gpu > have.get("GPU", 0.0) + 1e-9:
+        raise ClusterError(f"cluster.num_workers={workers} workers x ({cpus:g} CPU, {gpus:g} GPU) need {need_cpu:g} CPUs "
+                           f"and {need_gpu:g} GPUs; the cluster has {have.get('CPU', 0.0):g} CPUs and "
+                           f"{have.get('GPU', 0.0):g} GPUs: lower cluster.num_workers or cluster.cpus_per_worker, or add nodes")
+

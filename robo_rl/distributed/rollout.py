@@ -1,0 +1,199 @@
+"""Rollout workers on Ray: each actor wraps the plain objects of the single-process loop (a VecEnv
+of its share of the envs, a copy of the policy, a ``Collector``); the learner stays in the driver.
+
+Per iteration the driver sends the learner's weights once (``ray.put``; every worker loads them),
+each worker collects ``run.rollout_steps`` steps of its envs and finishes its batch (GAE with the
+synced critic), and the driver concatenates the batches and updates. The learner checkpoint is the
+single source of truth: a worker that dies (node lost, process killed) is replaced by a fresh actor
+that loads the last weights and collects that iteration's share again; after
+``cluster.max_worker_restarts`` replacements the run stops with an error.
+
+Env i of the job is env j of worker k (the split is as even as possible); worker k resets its envs
+with seed ``seed + offset_k`` so the first episodes' seeds match the single-process run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from robo_rl.distributed.cluster import ClusterError, check_resources, connect
+from robo_rl.rollout.collector import concat_batches
+from robo_rl.rollout.stats import EpisodeStats
+
+log = logging.getLogger(__name__)
+
+
+def split_envs(num_envs: int, workers: int) -> list[int]:
+    """Envs per worker, as even as possible (the first ones take the remainder)."""
+    if workers > num_envs:
+        raise ClusterError(f"cluster.num_workers={workers} is more than env.num_envs={num_envs}: every worker "
+                           "needs at least one env; lower cluster.num_workers or raise env.num_envs")
+    return [num_envs // workers + (1 if k < num_envs % workers else 0) for k in range(workers)]
+
+
+class RolloutWorker:
+    """One worker's envs + policy copy + collector (a plain object; ``ray.remote`` wraps it)."""
+
+    def __init__(self, cfg: Any, index: int, num_envs: int, seed: int, gamma: float, lam: float,
+                 bootstrap: bool) -> None:
+        import dataclasses
+
+        from robo_rl.rollout.collector import Collector
+        from robo_rl.runners.build import build_env, build_policy
+
+        torch.set_num_threads(cfg.run.torch_threads)
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        self.index = index
+        self.env = build_env(dataclasses.replace(cfg.env, num_envs=num_envs))
+        self.policy = build_policy(cfg.policy, self.env.obs_spec, self.env.action_spec)
+        self.collector = Collector(self.env, self.policy, cfg.run.rollout_steps, gamma, lam, bootstrap,
+                                   cfg.run.reward_norm)
+        self._seen = 0
+
+    def specs(self) -> tuple[Any, Any]:
+        return self.env.obs_spec, self.env.action_spec
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def reset(self, seed: int) -> dict[str, Any]:
+        return self.collector.reset(seed)
+
+    def set_weights(self, state: dict[str, torch.Tensor]) -> None:
+        self.policy.load_state_dict(state)
+
+    def collect(self) -> tuple[Any, int, list[tuple[float, int, float]], int]:
+        """(batch, env steps, episodes finished since the last call as (return, length, success), restarts
+        of this worker's env subprocesses)."""
+        batch, steps = self.collector.collect()
+        st = self.collector.stats
+        new = st.episodes - self._seen
+        self._seen = st.episodes
+        done = list(zip(st.returns, st.lengths, st.successes))[-new:] if new > 0 else []
+        return batch, steps, done, int(getattr(self.env, "restarts", 0))
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def preflight(cfg: Any) -> None:
+    """Every check a cluster run needs, before its run directory exists: the env split, the head
+    (reachable, same Ray), the resources for the workers."""
+    cc = cfg.cluster
+    split_envs(cfg.env.num_envs, cc.num_workers)
+    check_resources(connect(cc.address, cc.connect_timeout_s), cc.num_workers, cc.cpus_per_worker, cc.gpus_per_worker)
+
+
+class RayRollouts:
+    """The rollout source of ``Trainer`` on a Ray cluster (same interface as ``Collector``)."""
+
+    def __init__(self, cfg: Any) -> None:
+        cc = cfg.cluster
+        self.cfg = cfg
+        self.sizes = split_envs(cfg.env.num_envs, cc.num_workers)
+        self.offsets = np.cumsum([0, *self.sizes[:-1]]).tolist()
+        self.ray = connect(cc.address, cc.connect_timeout_s)
+        check_resources(self.ray, cc.num_workers, cc.cpus_per_worker, cc.gpus_per_worker)
+        self.num_envs = cfg.env.num_envs
+        self.stats = EpisodeStats(self.num_envs)
+        self.reward_scaler = None  # per worker (not checkpointed)
+        self.restarts = 0  # replaced Ray workers
+        self.env_restarts: list[int] = [0] * cc.num_workers
+        self.workers: list[Any] = []
+        self._weights: Any = None
+        self._seed: int | None = None
+        self._args: tuple[float, float, bool] | None = None
+        # specs from a throwaway local build would start a simulator here; the first worker reports them
+        self.obs_spec: Any = None
+        self.action_spec: Any = None
+
+    # -- Collector interface -------------------------------------------------------------------
+    def configure(self, gamma: float, lam: float, bootstrap: bool) -> None:
+        """Start the workers (the trainer needs the env specs they report before it builds the policy)."""
+        self._args = (gamma, lam, bootstrap)
+        self.workers = [self._spawn(k) for k in range(len(self.sizes))]
+        self.obs_spec, self.action_spec = self.ray.get(self.workers[0].specs.remote())
+
+    def reset(self, seed: int) -> dict[str, Any]:
+        self._seed = seed
+        obs = self._get([w.reset.remote(seed + off) for w, off in zip(self.workers, self.offsets)], "reset")
+        return {k: (torch.cat([o[k] for o in obs]) if isinstance(obs[0][k], torch.Tensor) else sum((o[k] for o in obs), []))
+                for k in obs[0]}
+
+    def sync(self, policy: Any) -> None:
+        self._weights = self.ray.put({k: v.detach().cpu() for k, v in policy.state_dict().items()})
+        self._get([w.set_weights.remote(self._weights) for w in self.workers], "set_weights")
+
+    def collect(self) -> tuple[Any, int]:
+        outs = self._get([w.collect.remote() for w in self.workers], "collect")
+        batches, steps = [], 0
+        for k, (batch, n, episodes, env_restarts) in enumerate(outs):
+            batches.append(batch)
+            steps += n
+            self.env_restarts[k] = env_restarts
+            for ret, length, success in episodes:
+                self.stats.add(ret, length, success)
+        return concat_batches(batches), steps
+
+    def close(self) -> None:
+        refs = [w.close.remote() for w in self.workers]
+        for w, ref in zip(self.workers, refs):
+            try:
+                self.ray.get(ref, timeout=30)
+            except Exception:  # a dead worker has nothing to close
+                pass
+            self.ray.kill(w)
+        self.workers = []
+
+    # -- workers ---------------------------------------------------------------------------------
+    def _spawn(self, k: int) -> Any:
+        cc = self.cfg.cluster
+        remote = self.ray.remote(num_cpus=cc.cpus_per_worker, num_gpus=cc.gpus_per_worker, max_restarts=0)(RolloutWorker)
+        gamma, lam, bootstrap = self._args  # type: ignore[misc]
+        seed = self.cfg.run.seed + 7919 * (k + 1) + 104_729 * self.restarts
+        return remote.remote(self.cfg, k, self.sizes[k], seed, gamma, lam, bootstrap)
+
+    def worker_pids(self) -> list[int]:
+        return self.ray.get([w.pid.remote() for w in self.workers])
+
+    def _replace(self, k: int, why: str) -> None:
+        if self.restarts >= self.cfg.cluster.max_worker_restarts:
+            raise ClusterError(f"rollout worker {k} lost ({why}) after {self.restarts} replacements "
+                               f"(cluster.max_worker_restarts={self.cfg.cluster.max_worker_restarts}); "
+                               "the last checkpoint holds the learner: resume with 'robo-rl train --resume RUN_DIR'")
+        self.restarts += 1
+        log.warning("rollout worker %d lost (%s); replacing it with the last weights (replacement %d)", k, why,
+                    self.restarts)
+        try:
+            self.ray.kill(self.workers[k])
+        except Exception:
+            pass
+        self.workers[k] = self._spawn(k)
+        calls = [self.workers[k].reset.remote((self._seed or 0) + self.offsets[k] + 1000 * self.restarts)]
+        if self._weights is not None:
+            calls.append(self.workers[k].set_weights.remote(self._weights))
+        self.ray.get(calls)
+
+    def _get(self, refs: list[Any], method: str) -> list[Any]:
+        """ray.get each worker's result; a lost worker is replaced and asked again."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        out = []
+        for k, ref in enumerate(refs):
+            while True:
+                try:
+                    out.append(self.ray.get(ref))
+                    break
+                except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+                    self._replace(k, type(err).__name__)  # the new worker is reset and holds the last weights
+                    if method == "set_weights":
+                        out.append(None)
+                        break
+                    ref = getattr(self.workers[k], method).remote(*([self._seed + self.offsets[k]] if method == "reset" else []))
+        return out

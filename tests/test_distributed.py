@@ -1,0 +1,104 @@
+"""Ray rollout workers on a real local cluster (a head and two worker nodes on loopback, started with
+the launch/ scripts): PPO trains through them, a SIGKILLed worker is replaced and the run finishes,
+and bad cluster requests fail in one line before a run directory exists."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.maniskill
+ray = pytest.importorskip("ray")
+
+FAST = ["policy.hidden=[32,32]", "run.rollout_steps=16", "run.eval_every_steps=0", "run.final_eval_episodes=0",
+        "run.progress=false", "run.video=false"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """launch/ray_head.sh (no CPUs: the learner only) + two launch/ray_worker.sh nodes with 1 CPU each."""
+    port = _free_port()
+    env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+           "RAY_HEAD_EXTRA": "--node-ip-address=127.0.0.1 --object-store-memory=150000000",
+           "RAY_WORKER_EXTRA": "--node-ip-address=127.0.0.1 --object-store-memory=150000000"}
+    addr = f"127.0.0.1:{port}"
+    try:
+        subprocess.run([str(REPO / "launch" / "ray_head.sh"), str(port), "0"], env=env, check=True,
+                       capture_output=True, timeout=180)
+        for _ in range(2):
+            subprocess.run([str(REPO / "launch" / "ray_worker.sh"), addr, "1"], env=env, check=True,
+                           capture_output=True, timeout=180)
+        yield addr
+    finally:
+        subprocess.run([str(REPO / ".venv" / "bin" / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def _cfg(tmp_path, *overrides):
+    from robo_rl.config import load
+    from robo_rl.runners.config import TrainConfig
+
+    return load(TrainConfig, REPO / "configs" / "quickstart.yaml",
+                       ["env.num_envs=4", *FAST, f"run.out_dir={tmp_path}", *overrides])
+
+
+def test_ppo_on_two_worker_nodes_survives_a_killed_worker(need_maniskill, cluster, tmp_path):
+    import csv
+
+    from robo_rl.runners.train import Trainer, make_run_dir
+
+    cfg = _cfg(tmp_path, f"cluster.address={cluster}", "cluster.num_workers=2", "run.total_env_steps=640",
+               "run.name=ray")
+    killed: list[int] = []
+    nodes: set[str] = set()
+
+    def kill_one(row):
+        if row["iteration"] == 3 and not killed:  # lose a node's worker process mid-run
+            nodes.update(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU"))
+            pid = trainer.env.worker_pids()[1]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return False
+
+    trainer = Trainer(cfg, make_run_dir(cfg), on_iteration=kill_one)
+    try:
+        summary = trainer.run()
+    finally:
+        ray.shutdown()
+    assert len(nodes) == 2  # two worker nodes (the head has no CPUs to host workers)
+    assert killed and summary["env_steps"] >= 640 and summary["stop_reason"] == "total_env_steps"
+    assert summary["worker_restarts"] == 1
+    rows = list(csv.DictReader(open(tmp_path / "ray" / "metrics.csv")))
+    assert len(rows) == summary["iterations"] >= 10
+    assert all(float(r["loss/approx_kl"]) >= 0 for r in rows)
+    # the learner's checkpoint is complete and loads
+    assert (tmp_path / "ray" / "checkpoints").is_dir()
+    proc = run_cli("eval", str(tmp_path / "ray"), "--episodes", "2", "--num-envs", "2", "--no-video")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_bad_cluster_requests_fail_before_the_run_starts(need_maniskill, cluster, tmp_path):
+    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+                   "cluster.address=127.0.0.1:1", "cluster.connect_timeout_s=2")
+    assert proc.returncode == 2 and "cannot reach the Ray head at 127.0.0.1:1" in proc.stderr, proc.stderr[-1500:]
+    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+                   f"cluster.address={cluster}", "cluster.num_workers=3")
+    assert proc.returncode == 2 and "need 3 CPUs" in proc.stderr and "has 2 CPUs" in proc.stderr, proc.stderr[-1500:]
+    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+                   "env.num_envs=2", f"cluster.address={cluster}", "cluster.num_workers=3")
+    assert proc.returncode == 2 and "more than env.num_envs=2" in proc.stderr
+    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+                   "cluster.address=nowhere")
+    assert proc.returncode == 2 and "use auto, local or HOST:PORT" in proc.stderr
+    assert not (tmp_path / "x").exists()  # nothing started
