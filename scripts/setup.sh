@@ -2,12 +2,12 @@
 # One-shot machine setup for robo-rl (Debian 12/13, Python 3.11, CPU or CUDA).
 #   bash scripts/setup.sh            # system packages + .venv + robo-rl[maniskill,libero,dev]
 # Idempotent: re-running skips what is already there. Env knobs:
-#   ROBO_RL_VENV   (default .venv)   ROBO_RL_EXTRAS (default maniskill,libero,vla,ros2,eval,dev)
+#   ROBO_RL_VENV   (default .venv)   ROBO_RL_EXTRAS (default maniskill,libero,vla,ros2,eval,ray,dev)
 #   ROBO_RL_SKIP_APT=1 to skip system packages (e.g. no root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${ROBO_RL_VENV:-.venv}
-EXTRAS=${ROBO_RL_EXTRAS:-maniskill,libero,vla,ros2,eval,dev}
+EXTRAS=${ROBO_RL_EXTRAS:-maniskill,libero,vla,ros2,eval,ray,dev}
 PY=${PYTHON:-python3}
 log() { printf '[setup] %s\n' "$*"; }
 # pip, minus the noise of index paths this machine's pip config names but lacks (exit status kept)

@@ -53,7 +53,7 @@ class RolloutWorker:
         self.env = build_env(dataclasses.replace(cfg.env, num_envs=num_envs))
         self.policy = build_policy(cfg.policy, self.env.obs_spec, self.env.action_spec)
         self.collector = Collector(self.env, self.policy, cfg.run.rollout_steps, gamma, lam, bootstrap,
-                                   cfg.run.reward_norm)
+                                   cfg.run.reward_norm, cfg.run.pipeline)
         self._seen = 0
 
     def specs(self) -> tuple[Any, Any]:

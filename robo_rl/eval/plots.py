@@ -46,9 +46,11 @@ def learning_curve(metrics_csv: Path, out_png: Path) -> None:
     os.replace(tmp, out_png)
 
 
-def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, float] | None = None) -> None:
-    """Evaluation success against env steps for several runs (label -> metrics.csv) in one plot, with
-    an optional horizontal reference line (label, value), e.g. a teacher's success."""
+def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, float] | None = None,
+                   metric: str = "eval/success_rate") -> None:
+    """``metric`` (default: evaluation success) against env steps for several runs (label ->
+    metrics.csv) in one plot, with an optional horizontal reference line (label, value), e.g. a
+    teacher's success. Per-iteration training metrics (``train/return``) are drawn as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,16 +58,17 @@ def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, f
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, path in runs.items():
-        pts = [(float(r["env_steps"]), float(r["eval/success_rate"])) for r in csv.DictReader(open(path))
-               if r.get("eval/success_rate") not in (None, "")]
+        pts = [(float(r["env_steps"]), float(r[metric])) for r in csv.DictReader(open(path))
+               if r.get(metric) not in (None, "")]
         if pts:
             x, y = zip(*pts)
-            ax.plot(x, y, "o-", ms=3, label=label)
+            ax.plot(x, y, "o-" if metric.startswith("eval/") else "-", ms=3, label=label)
     if reference is not None:
         ax.axhline(reference[1], ls="--", c="k", lw=1, label=reference[0])
     ax.set_xlabel("env steps")
-    ax.set_ylabel("eval success rate")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel(metric)
+    if metric.endswith("success_rate"):
+        ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()

@@ -33,6 +33,9 @@ class RunConfig:
     """Run directory name (default: <task>-<algo>-<timestamp>)."""
     reward_norm: bool = False
     """Scale rewards by the running std of the discounted return."""
+    pipeline: bool = False
+    """Pipelined collection: two groups of env workers step in turn while the policy acts for the other
+    (needs >= 2 env workers; same data distribution as the serial loop)."""
     eval_every_steps: int = 25_000
     """Evaluate the deterministic policy every this many env steps (0 disables)."""
     eval_episodes: int = 20

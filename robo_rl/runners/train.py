@@ -166,7 +166,7 @@ class Trainer:
             self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
             log.info("teacher policy from %s", cfg.algo.teacher)
         source: Any = self._ray if self._ray is not None else \
-            Collector(env, self.policy, rc.rollout_steps, gamma, lam, bootstrap, rc.reward_norm)
+            Collector(env, self.policy, rc.rollout_steps, gamma, lam, bootstrap, rc.reward_norm, rc.pipeline)
         self.reward_scaler = source.reward_scaler
         if self._resume_ckpt is not None:
             self._restore(self._resume_ckpt)
