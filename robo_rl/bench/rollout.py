@@ -1,5 +1,6 @@
-"""Rollout collection: serial (policy for all envs, then step all envs) vs pipelined (the env workers
-in two groups: one group steps while the policy acts for the other), on the same envs and policy,
+"""Rollout collection with the trainer's ``Collector``: serial (policy for all envs, then step all
+envs) vs pipelined (``run.pipeline``: the env workers in two groups, one group steps while the policy
+acts for the other), on the same envs and policy,
 with the limit B / max(t_env, t_policy) measured in the same run. Rounds alternate between the
 modes; medians are reported.
 
@@ -21,48 +22,13 @@ import numpy as np
 import torch
 
 
-def serial(env: Any, policy: Any, obs: dict[str, Any], steps: int) -> tuple[float, dict[str, Any]]:
-    """(env steps per second, last obs) of the plain loop."""
-    from robo_rl.rollout.buffer import obs_to_torch
-    from robo_rl.runners.build import to_env_actions
-
+def collect_rate(col: Any, obs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """(env steps per second, last obs) of one ``Collector.collect()`` (the trainer's own collection:
+    policy, env steps, buffer, GAE) starting from ``obs``."""
+    col.tobs = obs
     t0 = time.perf_counter()
-    for _ in range(steps):
-        with torch.no_grad():
-            a = to_env_actions(policy.act(obs_to_torch(obs)).actions, env.action_spec)
-        obs = env.step(a).obs
-    return steps * env.num_envs / (time.perf_counter() - t0), obs
-
-
-def pipelined(env: Any, policy: Any, obs: dict[str, Any], steps: int) -> tuple[float, dict[str, Any]]:
-    """(env steps per second, last obs) with two worker groups stepping in turn while the policy acts
-    for the other group."""
-    from robo_rl.rollout.buffer import obs_to_torch
-    from robo_rl.runners.build import to_env_actions
-
-    groups = [list(range(0, env.num_workers // 2)), list(range(env.num_workers // 2, env.num_workers))]
-    rows = [np.array([r for w in g for r in env.worker_rows[w]]) for g in groups]
-    full = np.zeros((env.num_envs, *env.action_spec.shape), np.float32)
-
-    def act(g: int, group_obs: dict[str, Any]) -> None:
-        """Actions of group g's envs (``group_obs`` holds only their rows) into the full action array."""
-        with torch.no_grad():
-            full[rows[g]] = to_env_actions(policy.act(obs_to_torch(group_obs)).actions, env.action_spec)
-
-    def subset(o: dict[str, Any], g: int) -> dict[str, Any]:
-        return {k: v[rows[g]] if isinstance(v, np.ndarray) else [v[i] for i in rows[g]] for k, v in o.items()}
-
-    act(0, subset(obs, 0))
-    env.step_async(full, groups[0])
-    act(1, subset(obs, 1))
-    t0 = time.perf_counter()
-    for i in range(2 * steps):
-        g = i % 2
-        res = env.step_wait()  # group g has stepped
-        env.step_async(full, groups[1 - g])  # the other group steps ...
-        act(g, res.obs)  # ... while the policy acts for group g
-    env.step_wait()
-    return steps * env.num_envs / (time.perf_counter() - t0), obs
+    _, steps = col.collect()
+    return steps / (time.perf_counter() - t0), col.tobs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from policies.mlp import MLPActorCritic, MLPConfig
     from robo_rl.errors import RoboRLError
     from robo_rl.rollout.buffer import obs_to_torch
+    from robo_rl.rollout.collector import Collector
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 
     torch.set_num_threads(args.threads)
@@ -86,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if env.num_workers < 2:
             raise RoboRLError("bench rollout needs >= 2 env workers (--num-envs >= 2)")
         policy = MLPActorCritic(MLPConfig(hidden=tuple(args.hidden)), env.obs_spec, env.action_spec).eval()
+        cols = [Collector(env, policy, args.steps, 0.99, 0.95, pipeline=p) for p in (False, True)]
         obs, _ = env.reset(seed=0)
         zeros = np.zeros((env.num_envs, *env.action_spec.shape), np.float32)
         t_env, t_pol, r_serial, r_pipe = [], [], [], []
@@ -99,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(20):
                     policy.act(obs_to_torch(obs))
             t_pol.append((time.perf_counter() - t0) / 20)
-            rate, obs = serial(env, policy, obs, args.steps)
+            rate, tobs = collect_rate(cols[0], obs_to_torch(obs))
             r_serial.append(rate)
-            rate, obs = pipelined(env, policy, obs, args.steps)
+            rate, tobs = collect_rate(cols[1], tobs)
             r_pipe.append(rate)
+            obs = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tobs.items()}
         te, tp = statistics.median(t_env), statistics.median(t_pol)
         limit = env.num_envs / max(te, tp)
         s, p = statistics.median(r_serial), statistics.median(r_pipe)
