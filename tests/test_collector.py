@@ -55,3 +55,11 @@ def test_pipelined_collection_equals_the_serial_loop(need_maniskill):
         torch.testing.assert_close(a.values, b.values, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(a.returns, b.returns, atol=1e-4, rtol=1e-4)
         assert np.isfinite(b.advantages.numpy()).all()
+
+
+def test_bench_rollout_prints_both_ratios(need_maniskill):
+    from tests.conftest import run_cli
+
+    proc = run_cli("bench", "rollout", "--steps", "3", "--rounds", "1", "--hidden", "32")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "pipelined / serial = " in proc.stdout and "limit" in proc.stdout
