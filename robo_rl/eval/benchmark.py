@@ -70,10 +70,19 @@ def get_benchmark(name: str) -> Benchmark:
     return BENCHMARKS[name]
 
 
-def _environment(sim: str) -> dict[str, str]:
+def _environment(sim: str, env_cfg: Any) -> dict[str, str]:
+    """Package versions plus the physics/render backend the episodes ran on."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
+    if sim == "maniskill":
+        from sims.maniskill.env import cuda_available
+
+        gpu = env_cfg.backend == "gpu" or (env_cfg.backend == "auto" and cuda_available())
+        out = {"physics": "physx_cuda" if gpu else "physx_cpu",
+               "render": "cpu (lavapipe)" if env_cfg.render_device == "cpu" or not cuda_available()
+               else f"gpu {env_cfg.render_device}"}
+    else:
+        out = {"physics": "mujoco", "render": f"{env_cfg.gl} (device {env_cfg.render_gpu})"}
     for pkg in ("robo-rl", "torch", "numpy", {"maniskill": "mani-skill", "libero": "libero"}[sim],
                 {"maniskill": "sapien", "libero": "mujoco"}[sim]):
         try:
@@ -174,7 +183,8 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     path = Path(out)
     header = {"schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": label, "seed": seed,
               "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths]}
-    results: dict[str, Any] = {**header, "environment": _environment(bench.sim), "tasks": {}}
+    results: dict[str, Any] = {**header, "environment": _environment(bench.sim, next(iter(envs.values()))[0]),
+                               "tasks": {}}
     if path.is_file():
         old = json.loads(path.read_text())
         if {k: old.get(k) for k in header} != header:
