@@ -102,3 +102,23 @@ def test_bad_cluster_requests_fail_before_the_run_starts(need_maniskill, cluster
                    "cluster.address=nowhere")
     assert proc.returncode == 2 and "use auto, local or HOST:PORT" in proc.stderr
     assert not (tmp_path / "x").exists()  # nothing started
+
+
+def test_a_head_with_another_ray_version_is_one_line(monkeypatch):
+    """Ray refuses to join a cluster of another version when it connects; the message becomes one line
+    naming both sides (logic only: the refusal is Ray's, raised here by a stand-in ray.init)."""
+    from robo_rl.distributed import cluster as cl
+
+    def refuse(**kw):
+        raise RuntimeError("Version mismatch: The cluster was started with:\n    Ray: 2.40.0\n    Python: 3.11.2\n...")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        with pytest.raises(cl.ClusterError) as err:
+            cl.connect(f"127.0.0.1:{port}", timeout_s=2)
+    msg = str(err.value)
+    assert "\n" not in msg and "another Ray/Python version" in msg and ray.__version__ in msg
