@@ -162,7 +162,7 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
     md = Path(out) if out else Path(paths[0]).with_suffix(".md")
     title = label_of(mains[0]) + (f" vs {label_of(next(iter(others.values())))}" if others else "")
     lines = [f"# Benchmark report: {title}", ""]
-    for a in mains:
+    for k, a in enumerate(mains):
         runs = [a]
         if comp:
             b = others.get((a["benchmark"], tuple(a["tasks"])))
@@ -170,7 +170,7 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
                 raise ConfigError(f"no comparison results for {a['benchmark']} with tasks {', '.join(a['tasks'])} "
                                   f"among {', '.join(comp)}: evaluate the second policy on the same benchmark")
             runs.append(b)
-        stem = md.stem + ("" if len(mains) == 1 else f"_{a['benchmark']}")
+        stem = md.stem + ("" if len(mains) == 1 else f"_{k}_{a['benchmark']}")
         lines += _section(runs, [label_of(r) for r in runs], md.parent, stem)
     md.write_text("\n".join(lines))
     return md
