@@ -54,7 +54,7 @@ def test_rerun_and_resume_give_identical_results_and_the_report_renders(need_man
     proc = run_cli("eval", "--report", str(tmp_path / "a.json"), "--compare", str(tmp_path / "b.json"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (tmp_path / "a.md").read_text()
-    assert "initial object positions" in md and "mean over tasks" in md and "P(" in md
+    assert "initial object positions" in md and "mean over tasks" in md and "(95% bootstrap over episodes)" in md
     assert (tmp_path / "a.png").stat().st_size > 1000
 
 
@@ -118,6 +118,6 @@ def test_strength_sweep_media_and_the_comparison_report(need_maniskill, tmp_path
     proc = run_cli("eval", "--compare", str(tmp_path / "e.json"), str(tmp_path / "r.json"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (tmp_path / "e.md").read_text()
-    assert "| expert success [95% CI] | random success [95% CI] |" in md and "P(expert > random) over tasks: 1.00" in md
+    assert "| expert success [95% CI] | random success [95% CI] |" in md and "Success expert - random (mean over tasks): +1.000 [+1.000, +1.000]" in md
     assert "e_strength.png" in md and "r.media/PickCube-v1_x2_env1_failure.png" in md
     assert (tmp_path / "e_strength.png").stat().st_size > 1000

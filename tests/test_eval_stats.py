@@ -39,3 +39,14 @@ def test_probability_of_improvement():
     assert improvement(better, better, reps=100)["p_improvement"] == 0.5
     with pytest.raises(ValueError, match="different task sets"):
         improvement(np.zeros((5, 3)), np.zeros((5, 4)))
+
+
+def test_success_difference_bootstrap_over_episodes():
+    from robo_rl.eval.stats import success_difference
+
+    d, lo, hi = success_difference([100], [100], [0], [100])
+    assert (d, lo, hi) == (1.0, 1.0, 1.0)
+    d, lo, hi = success_difference([50], [100], [50], [100], seed=3)
+    assert d == 0.0 and lo < -0.08 and hi > 0.08 and abs(lo + hi) < 0.03  # ~ +-1.96 * sqrt(2 * 0.25 / 100) = 0.139
+    d, lo, hi = success_difference([89, 10], [100, 10], [84, 10], [100, 10], seed=0)
+    assert abs(d - 0.025) < 1e-12 and lo < d < hi

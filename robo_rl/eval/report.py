@@ -134,12 +134,18 @@ def _section(runs: list[dict[str, Any]], labels: list[str], md_dir: Path, stem: 
     if len(a["tasks"]) >= 4:
         lines.append("| IQM over tasks | " + " | ".join(f"{r['aggregate']['iqm_over_tasks']:.2f}" for r in runs) + " |")
     if len(runs) == 2:
-        from robo_rl.eval.stats import improvement
+        from robo_rl.eval.stats import improvement, success_difference
 
-        xa = np.array([[a["tasks"][t]["success_rate"] for t in a["tasks"]]])
-        xb = np.array([[runs[1]["tasks"][t]["success_rate"] for t in a["tasks"]]])
-        p = improvement(xa, xb, reps=200)
-        lines += ["", f"P({labels[0]} > {labels[1]}) over tasks: {p['p_improvement']:.2f}"]
+        b, ts = runs[1], list(a["tasks"])
+        d, lo, hi = success_difference([a["tasks"][t]["successes"] for t in ts], [a["tasks"][t]["episodes"] for t in ts],
+                                       [b["tasks"][t]["successes"] for t in ts], [b["tasks"][t]["episodes"] for t in ts])
+        lines += ["", f"Success {labels[0]} - {labels[1]} (mean over tasks): {d:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                  "(95% bootstrap over episodes)"]
+        if len(ts) >= 3:  # over tasks: needs several tasks to mean anything
+            xa = np.array([[a["tasks"][t]["success_rate"] for t in ts]])
+            xb = np.array([[b["tasks"][t]["success_rate"] for t in ts]])
+            p = improvement(xa, xb, reps=200)
+            lines += ["", f"P({labels[0]} > {labels[1]}) over tasks: {p['p_improvement']:.2f}"]
     lines += ["", f"![success per task]({png.name})"]
     strength_png = md_dir / f"{stem}_strength.png"
     if _strength_plot(runs, labels, strength_png):

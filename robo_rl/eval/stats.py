@@ -81,3 +81,18 @@ def improvement(x: Any, y: Any, reps: int = 2000, seed: int = 0) -> dict[str, fl
             {"x,y": (xs, ys)}, lambda a, b: np.array([metrics.probability_of_improvement(a, b)]), reps=reps,
             random_state=np.random.RandomState(seed))
     return {"p_improvement": float(point["x,y"][0]), "low": float(interval["x,y"][0, 0]), "high": float(interval["x,y"][1, 0])}
+
+
+def success_difference(succ_a: Any, n_a: Any, succ_b: Any, n_b: Any, reps: int = 2000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float, float]:
+    """Mean-over-tasks success of A minus B with a percentile bootstrap CI that resamples each task's
+    episodes of each policy (binomial draws from the observed rates); inputs are per-task counts (T,).
+    Meaningful with a single task, unlike the probability of improvement over tasks."""
+    sa, na, sb, nb = (np.asarray(v, np.int64) for v in (succ_a, n_a, succ_b, n_b))
+    rng = np.random.default_rng(seed)
+    pa, pb = sa / np.maximum(na, 1), sb / np.maximum(nb, 1)
+    da = rng.binomial(na, pa, size=(reps, len(na))) / np.maximum(na, 1)
+    db = rng.binomial(nb, pb, size=(reps, len(nb))) / np.maximum(nb, 1)
+    diffs = (da - db).mean(1)
+    alpha = (1 - level) / 2
+    return float((pa - pb).mean()), float(np.quantile(diffs, alpha)), float(np.quantile(diffs, 1 - alpha))
