@@ -133,6 +133,13 @@ def _section(runs: list[dict[str, Any]], labels: list[str], md_dir: Path, stem: 
         for r in runs) + " |")
     if len(a["tasks"]) >= 4:
         lines.append("| IQM over tasks | " + " | ".join(f"{r['aggregate']['iqm_over_tasks']:.2f}" for r in runs) + " |")
+    few = min(r["tasks"][t]["episodes"] for r in runs for t in a["tasks"])
+    if few < 30:
+        from robo_rl.eval.metrics import wilson_interval
+
+        lo, hi = wilson_interval(few, few)
+        lines += ["", f"Note: {few} episodes per task. Bootstrap intervals understate uncertainty at this size (all "
+                  f"{few} episodes succeeding gives [1.00, 1.00]; the Wilson interval would be [{lo:.2f}, {hi:.2f}])."]
     if len(runs) == 2:
         from robo_rl.eval.stats import improvement, success_difference
 
