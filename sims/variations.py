@@ -28,13 +28,20 @@ class VariationConfig:
     """Uniform +- xy offset of movable objects' initial positions (metres)."""
     paraphrase: bool = False
     """Replace the instruction with a paraphrase (verb synonyms, reordered politeness)."""
+    perturb_step: int = 20
+    """Control step of each episode at which movable objects are displaced (with perturb_distance > 0)."""
+    perturb_distance: float = 0.0
+    """Uniform +- xy displacement of movable objects at perturb_step, a mid-episode push (metres; 0 = off)."""
 
     def __post_init__(self) -> None:
         lo, hi = self.light_scale
         if not 0.0 <= lo <= hi:
             raise ConfigError(f"config key 'env.variations.light_scale' = {list(self.light_scale)} needs 0 <= low <= high")
-        if self.camera_jitter < 0 or self.object_pose_jitter < 0:
-            raise ConfigError("config keys 'env.variations.camera_jitter'/'object_pose_jitter' must be >= 0 metres")
+        if self.camera_jitter < 0 or self.object_pose_jitter < 0 or self.perturb_distance < 0:
+            raise ConfigError("config keys 'env.variations.camera_jitter'/'object_pose_jitter'/'perturb_distance' "
+                              "must be >= 0 metres")
+        if self.perturb_step < 0:
+            raise ConfigError(f"config key 'env.variations.perturb_step' = {self.perturb_step} must be >= 0")
 
     @property
     def active(self) -> bool:
@@ -49,7 +56,8 @@ class VariationConfig:
         return VariationConfig(camera_jitter=self.camera_jitter * strength,
                                light_scale=(max(0.0, 1 - (1 - lo) * strength), 1 + (hi - 1) * strength),
                                object_pose_jitter=self.object_pose_jitter * strength,
-                               paraphrase=self.paraphrase and strength > 0)
+                               paraphrase=self.paraphrase and strength > 0, perturb_step=self.perturb_step,
+                               perturb_distance=self.perturb_distance * strength)
 
 
 _SYNONYMS = [

@@ -17,3 +17,30 @@ def test_config_validation():
         VariationConfig(light_scale=(2.0, 1.0))
     with pytest.raises(ConfigError, match=">= 0 metres"):
         VariationConfig(camera_jitter=-1.0)
+
+
+def test_mid_episode_push_moves_the_object_at_its_step_only(need_maniskill):
+    """perturb_distance displaces the cube at perturb_step (not before, not after), reproducibly per seed."""
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+    from sims.variations import VariationConfig
+
+    def cube_track(v):
+        env = ManiSkillSingleEnv(ManiSkillConfig(task="PushCube-v1", num_envs=1, obs_mode="state", variations=v))
+        try:
+            env.reset(seed=4)
+            track = []
+            for _ in range(6):
+                env.step(np.zeros(env.action_spec.shape, np.float32))
+                track.append(env.env.unwrapped.obj.pose.p[0, :2].numpy().copy())
+            return np.array(track)
+        finally:
+            env.close()
+
+    still = cube_track(VariationConfig(perturb_step=3, perturb_distance=0.0))
+    pushed = cube_track(VariationConfig(perturb_step=3, perturb_distance=0.05))
+    again = cube_track(VariationConfig(perturb_step=3, perturb_distance=0.05))
+    np.testing.assert_allclose(pushed[:3], still[:3], atol=1e-5)  # untouched before step 3
+    jump = np.abs(pushed[3] - still[3])
+    assert jump.max() > 1e-3 and jump.max() <= 0.05 + 1e-4
+    np.testing.assert_allclose(pushed[5] - still[5], pushed[3] - still[3], atol=2e-3)  # one push, then it rests
+    np.testing.assert_array_equal(pushed, again)

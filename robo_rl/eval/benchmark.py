@@ -59,6 +59,9 @@ BENCHMARKS: dict[str, Benchmark] = {
                                     variations={"paraphrase": True}),
     "maniskill-execution": Benchmark("maniskill", "initial object positions +-5 cm in x and y",
                                      variations={"object_pose_jitter": 0.05}),
+    "maniskill-perturbation": Benchmark("maniskill", "a mid-episode push: at control step 20 every movable object "
+                                        "is displaced +-5 cm in x and y (execution family)",
+                                        variations={"perturb_step": 20, "perturb_distance": 0.05}),
 }
 
 

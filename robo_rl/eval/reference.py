@@ -67,6 +67,7 @@ class _Tally(gym.Wrapper):
     def step(self, action: Any) -> Any:
         from sims.maniskill.env import _to_numpy
 
+        self.single.before_step()  # mid-episode perturbations apply to the planner's episodes too
         out = self.env.step(action)
         self.steps += 1
         if self.steps <= self.max_steps and not self.success:

@@ -69,6 +69,9 @@ class LiberoConfig:
             raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
         if self.image_size < 16:
             raise ConfigError(f"config key 'env.image_size' = {self.image_size} must be >= 16")
+        if self.variations.perturb_distance > 0:
+            raise ConfigError("config key 'env.variations.perturb_distance': mid-episode perturbations exist for "
+                              "ManiSkill only; set it to 0 for LIBERO")
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:

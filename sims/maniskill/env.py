@@ -182,10 +182,12 @@ class ManiSkillSingleEnv:
         if seed is not None:
             self._seeded = seed
         raw, _ = self.env.reset(seed=seed)
+        self._t = 0
         if self.cfg.variations.active:
             if seed is not None:
                 self._episode_seed, self._episodes = seed, 0
             self._apply_variations(np.random.default_rng([self._episode_seed or 0, self._episodes, 7919]))
+            self._perturb_rng = np.random.default_rng([self._episode_seed or 0, self._episodes, 104_729])
             self._episodes += 1
             raw = self.env.unwrapped.get_obs()
             if self.cfg.obs_mode == "rgb":
@@ -208,19 +210,32 @@ class ManiSkillSingleEnv:
         for light, color in self._base_lights:
             light.color = (color * scale).tolist()
         if v.object_pose_jitter > 0:
-            import torch
+            self._nudge_objects(rng, v.object_pose_jitter)
 
-            for actor in u.scene.actors.values():
-                if actor.px_body_type != "dynamic":
-                    continue
-                pose = actor.pose
-                p = pose.p.clone()
-                p[..., :2] += torch.as_tensor(rng.uniform(-v.object_pose_jitter, v.object_pose_jitter, 2), dtype=p.dtype)
-                actor.set_pose(type(pose).create_from_pq(p, pose.q))
+    def _nudge_objects(self, rng: np.random.Generator, dist: float) -> None:
+        """Move every dynamic object by a uniform +-dist xy offset."""
+        import torch
+
+        for actor in self.env.unwrapped.scene.actors.values():
+            if actor.px_body_type != "dynamic":
+                continue
+            pose = actor.pose
+            p = pose.p.clone()
+            p[..., :2] += torch.as_tensor(rng.uniform(-dist, dist, 2), dtype=p.dtype)
+            actor.set_pose(type(pose).create_from_pq(p, pose.q))
+
+    def before_step(self) -> None:
+        """Count control steps; at ``variations.perturb_step`` push the objects (mid-episode perturbation).
+        ``step`` calls it; code that steps the gym env directly (the scripted experts) calls it too."""
+        v = self.cfg.variations
+        if v.perturb_distance > 0 and self._t == v.perturb_step:
+            self._nudge_objects(self._perturb_rng, v.perturb_distance)
+        self._t += 1
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         import torch
 
+        self.before_step()
         raw, rew, term, trunc, info = self.env.step(torch.as_tensor(action[None]))
         obs = {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
         success = bool(_to_numpy(info.get("success", False)).reshape(-1)[0])
