@@ -104,9 +104,14 @@ def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     kwargs.update(cfg.extra)
     check_assets(cfg.task)
+    task_id = cfg.task
+    if cfg.variations.distractors:
+        from sims.maniskill.distractors import with_distractors
+
+        task_id = with_distractors(cfg.task, cfg.variations.distractors)
     with no_stdin_prompts(cfg.task):
         try:
-            env = gym.make(cfg.task, **kwargs)
+            env = gym.make(task_id, **kwargs)
         except (RuntimeError, FileNotFoundError, NotImplementedError, ImportError) as err:
             text = str(err)
             if isinstance(err, ImportError):

@@ -158,3 +158,29 @@ def test_maniskill_variations_change_images_and_poses(need_maniskill):
     finally:
         base.close()
         varied.close()
+
+
+def test_distractor_boxes_are_scattered_clear_of_the_cube(need_maniskill):
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+    from sims.variations import VariationConfig
+
+    kw = dict(task="PickCube-v1", obs_mode="rgb", image_size=64, backend="cpu")
+    base = ManiSkillSingleEnv(ManiSkillConfig(**kw))
+    env = ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=VariationConfig(distractors=2)))
+    try:
+        assert env.obs_spec == base.obs_spec and env.action_spec == base.action_spec  # same task interface
+        u = env.env.unwrapped
+        places = []
+        for seed in (3, 3, 4):
+            o = env.reset(seed=seed)
+            boxes = [u.scene.actors[f"distractor_{i}"].pose.p[0, :2].numpy() for i in range(2)]
+            cube = u.cube.pose.p[0, :2].numpy()
+            assert all(np.linalg.norm(b - cube) >= 0.06 for b in boxes)
+            places.append((np.stack(boxes), o["rgb"]))
+        np.testing.assert_array_equal(places[0][0], places[1][0])  # reproducible per seed
+        np.testing.assert_array_equal(places[0][1], places[1][1])
+        assert not np.allclose(places[0][0], places[2][0])  # another seed, other places
+        assert not np.array_equal(places[0][1], base.reset(seed=3)["rgb"])  # and they show in the image
+    finally:
+        base.close()
+        env.close()
