@@ -24,6 +24,8 @@ class VariationConfig:
     """Uniform +- offset of the main camera position (metres)."""
     light_scale: tuple[float, float] = (1.0, 1.0)
     """Scene light intensity multiplied by U(low, high)."""
+    retexture: float = 0.0
+    """Probability per episode that the table and floor textures are replaced by random plain colours."""
     distractors: int = 0
     """Small coloured boxes scattered on the table each episode (ManiSkill tabletop tasks)."""
     object_pose_jitter: float = 0.0
@@ -42,6 +44,8 @@ class VariationConfig:
         if self.camera_jitter < 0 or self.object_pose_jitter < 0 or self.perturb_distance < 0:
             raise ConfigError("config keys 'env.variations.camera_jitter'/'object_pose_jitter'/'perturb_distance' "
                               "must be >= 0 metres")
+        if not 0.0 <= self.retexture <= 1.0:
+            raise ConfigError(f"config key 'env.variations.retexture' = {self.retexture} is a probability in [0, 1]")
         if self.distractors < 0:
             raise ConfigError(f"config key 'env.variations.distractors' = {self.distractors} must be >= 0")
         if self.perturb_step < 0:
@@ -57,7 +61,8 @@ class VariationConfig:
         if strength < 0:
             raise ConfigError(f"variation strength {strength} must be >= 0")
         lo, hi = self.light_scale
-        return VariationConfig(camera_jitter=self.camera_jitter * strength, distractors=round(self.distractors * strength),
+        return VariationConfig(camera_jitter=self.camera_jitter * strength, retexture=min(1.0, self.retexture * strength),
+                               distractors=round(self.distractors * strength),
                                light_scale=(max(0.0, 1 - (1 - lo) * strength), 1 + (hi - 1) * strength),
                                object_pose_jitter=self.object_pose_jitter * strength,
                                paraphrase=self.paraphrase and strength > 0, perturb_step=self.perturb_step,

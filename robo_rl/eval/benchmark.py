@@ -53,9 +53,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     **{f"libero-{s}": Benchmark("libero", f"the {s} suite: all its tasks from the official init states", f"libero_{s}",
                                 needs_rgb=True) for s in ("spatial", "object", "goal", "10", "90")},
     "maniskill-id": Benchmark("maniskill", "nothing: the training distribution"),
-    "maniskill-vision": Benchmark("maniskill", "camera position +-3 cm, light intensity x U(0.5, 1.5) and 2 distractor "
-                                  "boxes on the table per episode",
-                                  variations={"camera_jitter": 0.03, "light_scale": (0.5, 1.5), "distractors": 2},
+    "maniskill-vision": Benchmark("maniskill", "camera position +-3 cm, light intensity x U(0.5, 1.5), table and floor "
+                                  "textures replaced by random plain colours in half of the episodes, and 2 distractor "
+                                  "boxes on the table, per episode",
+                                  variations={"camera_jitter": 0.03, "light_scale": (0.5, 1.5), "retexture": 0.5,
+                                              "distractors": 2},
                                   needs_rgb=True),
     "maniskill-semantic": Benchmark("maniskill", "the instruction: verb synonyms and politeness frames (paraphrases)",
                                     variations={"paraphrase": True}),

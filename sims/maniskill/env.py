@@ -214,8 +214,36 @@ class ManiSkillSingleEnv:
         scale = rng.uniform(*v.light_scale)
         for light, color in self._base_lights:
             light.color = (color * scale).tolist()
+        if v.retexture > 0:
+            self._retexture(rng, v.retexture)
         if v.object_pose_jitter > 0:
             self._nudge_objects(rng, v.object_pose_jitter)
+
+    def _retexture(self, rng: np.random.Generator, p: float) -> None:
+        """With probability p, the table and the floor get random plain colours instead of their textures
+        (SAPIEN renders a changed base colour of a textured material only once its texture is removed)."""
+        import sapien
+
+        u = self.env.unwrapped
+        if not hasattr(self, "_surfaces"):
+            self._surfaces = {}
+            for name in ("table-workspace", "ground"):
+                if name not in u.scene.actors:
+                    continue
+                mats = []
+                for obj in u.scene.actors[name]._objs:
+                    body = obj.find_component_by_type(sapien.render.RenderBodyComponent)
+                    for shape in body.render_shapes if body is not None else []:
+                        parts = getattr(shape, "parts", None)
+                        mats += [(m, m.base_color_texture, list(m.base_color))
+                                 for m in ([q.material for q in parts] if parts else [shape.material])]
+                self._surfaces[name] = mats
+        swap = rng.random() < p
+        for mats in self._surfaces.values():
+            colour = [*rng.uniform(0.15, 0.9, 3), 1.0]
+            for mat, texture, base in mats:
+                mat.base_color_texture = None if swap else texture
+                mat.base_color = colour if swap else base
 
     def _nudge_objects(self, rng: np.random.Generator, dist: float) -> None:
         """Move every dynamic object by a uniform +-dist xy offset."""

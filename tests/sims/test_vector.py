@@ -184,3 +184,24 @@ def test_distractor_boxes_are_scattered_clear_of_the_cube(need_maniskill):
     finally:
         base.close()
         env.close()
+
+
+def test_retexture_swaps_table_and_floor_for_plain_colours_and_back(need_maniskill):
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+    from sims.variations import VariationConfig
+
+    kw = dict(task="PickCube-v1", obs_mode="rgb", image_size=64, backend="cpu")
+    base = ManiSkillSingleEnv(ManiSkillConfig(**kw))
+    always = ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=VariationConfig(retexture=1.0)))
+    half = ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=VariationConfig(retexture=0.5)))
+    try:
+        plain = base.reset(seed=5)["rgb"].astype(float)
+        swapped = always.reset(seed=5)["rgb"].astype(float)
+        assert (np.abs(swapped - plain).max(-1) > 20).mean() > 0.5  # most of the image is table and floor
+        np.testing.assert_array_equal(swapped, always.reset(seed=5)["rgb"])  # reproducible per seed
+        changed = [(np.abs(half.reset(seed=s)["rgb"].astype(float) - base.reset(seed=s)["rgb"]).max(-1) > 20).mean() > 0.5
+                   for s in range(8)]
+        assert 0 < sum(changed) < 8  # some episodes keep the textures (restored after a swap), some lose them
+    finally:
+        for e in (base, always, half):
+            e.close()
