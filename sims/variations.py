@@ -26,6 +26,8 @@ class VariationConfig:
     """Scene light intensity multiplied by U(low, high)."""
     retexture: float = 0.0
     """Probability per episode that the table and floor textures are replaced by random plain colours."""
+    object_recolor: float = 0.0
+    """Probability per episode that the task's movable objects take a random colour unseen in training."""
     distractors: int = 0
     """Small coloured boxes scattered on the table each episode (ManiSkill tabletop tasks)."""
     object_pose_jitter: float = 0.0
@@ -46,6 +48,8 @@ class VariationConfig:
                               "must be >= 0 metres")
         if not 0.0 <= self.retexture <= 1.0:
             raise ConfigError(f"config key 'env.variations.retexture' = {self.retexture} is a probability in [0, 1]")
+        if not 0.0 <= self.object_recolor <= 1.0:
+            raise ConfigError(f"config key 'env.variations.object_recolor' = {self.object_recolor} is a probability in [0, 1]")
         if self.distractors < 0:
             raise ConfigError(f"config key 'env.variations.distractors' = {self.distractors} must be >= 0")
         if self.perturb_step < 0:
@@ -62,7 +66,7 @@ class VariationConfig:
             raise ConfigError(f"variation strength {strength} must be >= 0")
         lo, hi = self.light_scale
         return VariationConfig(camera_jitter=self.camera_jitter * strength, retexture=min(1.0, self.retexture * strength),
-                               distractors=round(self.distractors * strength),
+                               object_recolor=min(1.0, self.object_recolor * strength), distractors=round(self.distractors * strength),
                                light_scale=(max(0.0, 1 - (1 - lo) * strength), 1 + (hi - 1) * strength),
                                object_pose_jitter=self.object_pose_jitter * strength,
                                paraphrase=self.paraphrase and strength > 0, perturb_step=self.perturb_step,

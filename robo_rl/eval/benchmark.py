@@ -59,8 +59,9 @@ BENCHMARKS: dict[str, Benchmark] = {
                                   variations={"camera_jitter": 0.03, "light_scale": (0.5, 1.5), "retexture": 0.5,
                                               "distractors": 2},
                                   needs_rgb=True),
-    "maniskill-semantic": Benchmark("maniskill", "the instruction: verb synonyms and politeness frames (paraphrases)",
-                                    variations={"paraphrase": True}),
+    "maniskill-semantic": Benchmark("maniskill", "the instruction (verb synonyms and politeness frames) and, in half of "
+                                    "the episodes, the object's colour (a random colour unseen in training)",
+                                    variations={"paraphrase": True, "object_recolor": 0.5}),
     "maniskill-execution": Benchmark("maniskill", "initial object positions +-5 cm in x and y",
                                      variations={"object_pose_jitter": 0.05}),
     "maniskill-perturbation": Benchmark("maniskill", "a mid-episode push: at control step 20 every movable object "

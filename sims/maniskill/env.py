@@ -160,6 +160,26 @@ def _split_obs(raw: Any, obs_mode: str) -> dict[str, np.ndarray]:
             "state": _to_numpy(raw["state"]).astype(np.float32, copy=False)}
 
 
+def _materials(actor: Any) -> list[tuple[Any, Any, list[float]]]:
+    """(material, its texture, its base colour) of every visual part of an actor, to repaint and restore."""
+    import sapien
+
+    out = []
+    for obj in actor._objs:
+        body = obj.find_component_by_type(sapien.render.RenderBodyComponent)
+        for shape in body.render_shapes if body is not None else []:
+            parts = getattr(shape, "parts", None)
+            out += [(m, m.base_color_texture, list(m.base_color)) for m in ([q.material for q in parts] if parts else [shape.material])]
+    return out
+
+
+def _paint(materials: list[tuple[Any, Any, list[float]]], colour: list[float] | None) -> None:
+    """Plain ``colour`` on every material (texture removed), or None: the original look back."""
+    for mat, texture, base in materials:
+        mat.base_color_texture = None if colour is not None else texture
+        mat.base_color = colour if colour is not None else base
+
+
 class ManiSkillSingleEnv:
     """One CPU-physics ManiSkill env, unbatched, for a worker process."""
 
@@ -216,34 +236,30 @@ class ManiSkillSingleEnv:
             light.color = (color * scale).tolist()
         if v.retexture > 0:
             self._retexture(rng, v.retexture)
+        if v.object_recolor > 0:
+            self._recolor_objects(rng, v.object_recolor)
         if v.object_pose_jitter > 0:
             self._nudge_objects(rng, v.object_pose_jitter)
 
     def _retexture(self, rng: np.random.Generator, p: float) -> None:
         """With probability p, the table and the floor get random plain colours instead of their textures
         (SAPIEN renders a changed base colour of a textured material only once its texture is removed)."""
-        import sapien
-
         u = self.env.unwrapped
         if not hasattr(self, "_surfaces"):
-            self._surfaces = {}
-            for name in ("table-workspace", "ground"):
-                if name not in u.scene.actors:
-                    continue
-                mats = []
-                for obj in u.scene.actors[name]._objs:
-                    body = obj.find_component_by_type(sapien.render.RenderBodyComponent)
-                    for shape in body.render_shapes if body is not None else []:
-                        parts = getattr(shape, "parts", None)
-                        mats += [(m, m.base_color_texture, list(m.base_color))
-                                 for m in ([q.material for q in parts] if parts else [shape.material])]
-                self._surfaces[name] = mats
+            self._surfaces = [_materials(u.scene.actors[n]) for n in ("table-workspace", "ground") if n in u.scene.actors]
         swap = rng.random() < p
-        for mats in self._surfaces.values():
-            colour = [*rng.uniform(0.15, 0.9, 3), 1.0]
-            for mat, texture, base in mats:
-                mat.base_color_texture = None if swap else texture
-                mat.base_color = colour if swap else base
+        for mats in self._surfaces:
+            _paint(mats, [*rng.uniform(0.15, 0.9, 3), 1.0] if swap else None)
+
+    def _recolor_objects(self, rng: np.random.Generator, p: float) -> None:
+        """With probability p the task's dynamic objects (not distractors) get a random colour."""
+        u = self.env.unwrapped
+        if not hasattr(self, "_objects"):
+            self._objects = [m for name, actor in u.scene.actors.items()
+                             if actor.px_body_type == "dynamic" and not name.startswith("distractor_")
+                             for m in _materials(actor)]
+        swap = rng.random() < p
+        _paint(self._objects, [*rng.uniform(0.1, 0.9, 3), 1.0] if swap else None)
 
     def _nudge_objects(self, rng: np.random.Generator, dist: float) -> None:
         """Move every dynamic object by a uniform +-dist xy offset."""

@@ -205,3 +205,21 @@ def test_retexture_swaps_table_and_floor_for_plain_colours_and_back(need_maniski
     finally:
         for e in (base, always, half):
             e.close()
+
+
+def test_object_recolor_changes_only_the_cube(need_maniskill):
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+    from sims.variations import VariationConfig
+
+    kw = dict(task="PickCube-v1", obs_mode="rgb", image_size=128, backend="cpu")
+    base = ManiSkillSingleEnv(ManiSkillConfig(**kw))
+    env = ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=VariationConfig(object_recolor=1.0)))
+    try:
+        plain = base.reset(seed=5)["rgb"].astype(float)
+        recol = env.reset(seed=5)["rgb"].astype(float)
+        red = (plain[..., 0] > 120) & (plain[..., 1] < 60) & (plain[..., 2] < 60)
+        diff = np.abs(recol - plain).max(-1) > 20
+        assert red.sum() > 5 and diff[red].mean() > 0.8 and diff[~red].mean() < 0.01
+    finally:
+        base.close()
+        env.close()
