@@ -72,17 +72,40 @@ class SimRobot:
         self.js_pub.publish(m.serialize(m.joint_state(list(self.robot.joint_names), qpos, qvel, now),
                                         "sensor_msgs/msg/JointState"))
 
-    def run(self, episodes: int, seed: int, command_timeout: float = 10.0) -> list[dict[str, Any]]:
+    def _first_command(self, obs: dict[str, Any], timeout: float) -> np.ndarray:
+        """Until the first command arrives the policy node may not be matched yet (DDS discovery is slower
+        under load, and a volatile sample sent before the match is lost): re-send the observation every
+        0.5 s; then drop the extra answers to the re-sent copies."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                action = self.commands.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no command within {timeout}s of the first observation") from None
+                self._publish(obs)
+        time.sleep(0.3)
+        while not self.commands.empty():
+            self.commands.get_nowait()
+        return action
+
+    def run(self, episodes: int, seed: int, command_timeout: float = 10.0,
+            startup_timeout: float = 60.0) -> list[dict[str, Any]]:
         results = []
+        linked = False
         for ep in range(episodes):
             obs = self.env.reset(seed=seed + ep)
             steps, ret, success = 0, 0.0, False
             while True:
                 self._publish(obs)
-                try:
-                    action = self.commands.get(timeout=command_timeout)
-                except queue.Empty:
-                    raise TimeoutError(f"no command within {command_timeout}s") from None
+                if not linked:
+                    action, linked = self._first_command(obs, startup_timeout), True
+                else:
+                    try:
+                        action = self.commands.get(timeout=command_timeout)
+                    except queue.Empty:
+                        raise TimeoutError(f"no command within {command_timeout}s") from None
                 obs, rew, term, trunc, info = self.env.step(action)
                 steps, ret = steps + 1, ret + rew
                 success = success or bool(info["success"])
