@@ -88,6 +88,40 @@ def test_ppo_on_two_worker_nodes_survives_a_killed_worker(need_maniskill, cluste
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_ddp_learners_survive_a_killed_learner(need_maniskill, cluster, tmp_path):
+    """Two DDP learner actors (gloo) train with the two rollout workers; one learner is SIGKILLed
+    mid-run, the group restarts from the driver's weights and the run finishes; the checkpoint holds
+    the gathered optimizer state and resumes."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.runners.train import Trainer, make_run_dir, resume
+
+    cfg = _cfg(tmp_path, f"cluster.address={cluster}", "cluster.num_workers=2", "cluster.num_learners=2",
+               "cluster.cpus_per_learner=0", "run.total_env_steps=640", "run.name=ddp")
+    killed: list[int] = []
+
+    def kill_learner(row):
+        if row["iteration"] == 3 and not killed:
+            pid = trainer.algo.pids()[1]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return False
+
+    trainer = Trainer(cfg, make_run_dir(cfg), on_iteration=kill_learner)
+    try:
+        summary = trainer.run()
+    finally:
+        ray.shutdown()
+    assert killed and summary["learner_restarts"] == 1 and summary["stop_reason"] == "total_env_steps"
+    assert summary["iterations"] >= 10
+    ts = ckpt_io.load_trainer_state(ckpt_io.resolve(tmp_path / "ddp"))
+    assert ts["algo"]["updates"] == summary["iterations"]  # counted on through the restart
+    try:
+        out = resume(tmp_path / "ddp", ["run.total_env_steps=800"])
+    finally:
+        ray.shutdown()
+    assert out["env_steps"] >= 800 and out["learner_restarts"] == 0
+
+
 def test_bad_cluster_requests_fail_before_the_run_starts(need_maniskill, cluster, tmp_path):
     proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
                    "cluster.address=127.0.0.1:1", "cluster.connect_timeout_s=2")

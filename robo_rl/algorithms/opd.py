@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
 
@@ -72,12 +73,15 @@ class OPD:
     """On-policy distillation of ``policy`` (the student) towards a teacher ``Policy``."""
 
     Config = OPDConfig
+    data_parallel: tuple[str, ...] = ("ddp", "fsdp")
+    """Runs on data-parallel learners: the differentiable student call goes through ``self.calls``."""
 
     def __init__(self, cfg: OPDConfig, policy: Any, generator: torch.Generator | None = None) -> None:
         if not hasattr(policy, "token_log_probs"):
             raise ConfigError(f"policy {type(policy).__name__} has no token_log_probs(); OPD needs per-token log-probs")
         self.cfg = cfg
         self.policy = policy
+        self.calls: PolicyCalls = LocalCalls(policy)
         self.teacher: Any = None
         self.generator = generator
         params = [p for p in policy.parameters() if p.requires_grad]
@@ -102,7 +106,7 @@ class OPD:
             raise ConfigError("OPD has no teacher: the runner must call set_teacher() before training")
         cfg, n = self.cfg, batch.size
         with torch.no_grad():  # the behaviour policy is the current one: nothing was updated since the rollout
-            old = self.policy.token_log_probs(batch.obs, batch.extras)
+            old = self.calls("token_log_probs", batch.obs, batch.extras)  # through the FSDP wrapper too
             teacher = self.teacher.token_log_probs(batch.obs, batch.extras)
         adv = opd_advantages(teacher, old)
         mb_size = max(1, n // cfg.minibatches)
@@ -113,7 +117,7 @@ class OPD:
             for start in range(0, n - mb_size + 1, mb_size):
                 idx = perm[start:start + mb_size]
                 mb = batch.index(idx)
-                new = self.policy.token_log_probs(mb.obs, mb.extras)
+                new = self.calls("token_log_probs", mb.obs, mb.extras)
                 loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()

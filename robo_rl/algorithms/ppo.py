@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import torch
 
+from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
 
@@ -112,10 +113,14 @@ class PPO:
     """PPO on any ``Policy`` that is also a ``torch.nn.Module``."""
 
     Config = PPOConfig
+    data_parallel: tuple[str, ...] = ("ddp", "fsdp")
+    """Runs on data-parallel learners (``cluster.num_learners``): every differentiable policy call goes
+    through ``self.calls``."""
 
     def __init__(self, cfg: PPOConfig, policy: Any, generator: torch.Generator | None = None) -> None:
         self.cfg = cfg
         self.policy = policy
+        self.calls: PolicyCalls = LocalCalls(policy)
         self.optimizer = torch.optim.Adam(self._param_groups(cfg, policy), lr=cfg.lr, eps=1e-5)
         self.generator = generator
         self.updates = 0
@@ -158,7 +163,7 @@ class PPO:
             for start in range(0, n - mb_size + 1, mb_size):
                 idx = perm[start:start + mb_size]
                 mb = batch.index(idx)
-                new_log_prob, entropy, new_value = self.policy.evaluate(mb.obs, mb.extras)
+                new_log_prob, entropy, new_value = self.calls("evaluate", mb.obs, mb.extras)
                 adv = mb.advantages
                 if cfg.norm_adv and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -184,7 +189,7 @@ class PPO:
                 for k, v in {**terms, "entropy": entropy_mean, "grad_norm": grad_norm, "loss": loss}.items():
                     sums[k] = sums.get(k, 0.0) + float(v.detach() if hasattr(v, "detach") else v)
                 count += 1
-                if not warmup and cfg.target_kl is not None and float(terms["approx_kl"]) > cfg.target_kl:
+                if not warmup and cfg.target_kl is not None and float(self.calls.mean(terms["approx_kl"])) > cfg.target_kl:
                     stop = True
                     break
             if stop:

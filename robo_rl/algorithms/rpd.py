@@ -50,6 +50,9 @@ class RPD(PPO):
     """PPO with a teacher-action term on every minibatch."""
 
     Config = RPDConfig
+    data_parallel: tuple[str, ...] = ("ddp",)
+    """The teacher term calls the student outside ``self.calls``: fine for DDP (its parameters are
+    the ones ``evaluate`` reaches), not for FSDP (unsharded parameters only inside the wrapper)."""
 
     def __init__(self, cfg: RPDConfig, policy: Any, generator: torch.Generator | None = None) -> None:
         super().__init__(cfg, policy, generator)

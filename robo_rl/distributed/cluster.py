@@ -56,7 +56,7 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
     if ray.is_initialized():
         return ray
     if address == "local":
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
         return ray
     target = _resolve_auto() if address == "auto" else address
     if target is None:
@@ -82,12 +82,16 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
     return ray
 
 
-def check_resources(ray: Any, workers: int, cpus: float, gpus: float) -> None:
-    """Fail before any actor starts if the cluster cannot host ``workers`` x (cpus, gpus)."""
+def check_resources(ray: Any, cc: Any) -> None:
+    """Fail before any actor starts if the cluster cannot host the rollout workers and learners of
+    ``cc`` (a ``ClusterConfig``)."""
     have = ray.cluster_resources()
-    need_cpu, need_gpu = workers * cpus, workers * gpus
+    need_cpu = cc.num_workers * cc.cpus_per_worker + cc.num_learners * cc.cpus_per_learner
+    need_gpu = cc.num_workers * cc.gpus_per_worker + cc.num_learners * cc.gpus_per_learner
     if need_cpu > have.get("CPU", 0.0) + 1e-9 or need_gpu > have.get("GPU", 0.0) + 1e-9:
-        raise ClusterError(f"cluster.num_workers={workers} workers x ({cpus:g} CPU, {gpus:g} GPU) need {need_cpu:g} CPUs "
-                           f"and {need_gpu:g} GPUs; the cluster has {have.get('CPU', 0.0):g} CPUs and "
-                           f"{have.get('GPU', 0.0):g} GPUs: lower cluster.num_workers or cluster.cpus_per_worker, or add nodes")
-
+        asked = f"cluster.num_workers={cc.num_workers} workers x ({cc.cpus_per_worker:g} CPU, {cc.gpus_per_worker:g} GPU)"
+        if cc.num_learners:
+            asked += f" + cluster.num_learners={cc.num_learners} learners x ({cc.cpus_per_learner:g} CPU, {cc.gpus_per_learner:g} GPU)"
+        raise ClusterError(f"{asked} need {need_cpu:g} CPUs and {need_gpu:g} GPUs; the cluster has "
+                           f"{have.get('CPU', 0.0):g} CPUs and {have.get('GPU', 0.0):g} GPUs: lower the counts or "
+                           "the per-actor reservations, or add nodes")

@@ -85,9 +85,12 @@ class RolloutWorker:
 def preflight(cfg: Any) -> None:
     """Every check a cluster run needs, before its run directory exists: the env split, the head
     (reachable, same Ray), the resources for the workers."""
+    from robo_rl.distributed.learner import check_algorithm
+
     cc = cfg.cluster
     split_envs(cfg.env.num_envs, cc.num_workers)
-    check_resources(connect(cc.address, cc.connect_timeout_s), cc.num_workers, cc.cpus_per_worker, cc.gpus_per_worker)
+    check_algorithm(cfg)
+    check_resources(connect(cc.address, cc.connect_timeout_s), cc)
 
 
 class RayRollouts:
@@ -99,7 +102,7 @@ class RayRollouts:
         self.sizes = split_envs(cfg.env.num_envs, cc.num_workers)
         self.offsets = np.cumsum([0, *self.sizes[:-1]]).tolist()
         self.ray = connect(cc.address, cc.connect_timeout_s)
-        check_resources(self.ray, cc.num_workers, cc.cpus_per_worker, cc.gpus_per_worker)
+        check_resources(self.ray, cc)
         self.num_envs = cfg.env.num_envs
         self.stats = EpisodeStats(self.num_envs)
         self.reward_scaler = None  # per worker (not checkpointed)

@@ -34,6 +34,19 @@ class RolloutBatch:
         return RolloutBatch({k: v[idx] for k, v in self.obs.items()}, {k: v[idx] for k, v in self.extras.items()},
                             self.log_prob[idx], self.values[idx], self.advantages[idx], self.returns[idx])
 
+    def shards(self, n: int) -> list[RolloutBatch]:
+        """``n`` contiguous shards of equal size N // n (data-parallel learners must all take the same
+        number of minibatch steps; the last N % n < n transitions are left out)."""
+        m = self.size // n
+        if m < 1:
+            raise ValueError(f"a batch of {self.size} transitions cannot be split over {n} learners")
+        return [self.index(torch.arange(r * m, (r + 1) * m)) for r in range(n)]
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        return RolloutBatch({k: v.to(device) for k, v in self.obs.items()}, {k: v.to(device) for k, v in self.extras.items()},
+                            self.log_prob.to(device), self.values.to(device), self.advantages.to(device),
+                            self.returns.to(device))
+
 
 def obs_to_torch(obs: dict[str, Any]) -> dict[str, Any]:
     """Numpy observation arrays -> tensors; ``instruction`` (list[str]) is passed through as is, other

@@ -4,7 +4,7 @@ registries, each parsed with the Config dataclass next to its code) and run sett
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from robo_rl.config import section
 from robo_rl.errors import ConfigError
@@ -89,12 +89,32 @@ class ClusterConfig:
     """Lost workers replaced (each with the last weights) before the run gives up."""
     connect_timeout_s: float = 10.0
     """Seconds to reach the head before failing with a one-line error."""
+    num_learners: int = 0
+    """Data-parallel learner actors (torch.distributed: gloo on CPU, nccl on GPU); each updates on its
+    share of the batch and gradients are averaged. 0 = the learner runs in the driver process."""
+    learner_strategy: Literal["ddp", "fsdp"] = "ddp"
+    """How the learners hold the model: ``ddp`` (a full replica each, gradients all-reduced) or ``fsdp``
+    (parameters, gradients and optimizer state sharded over the learners: 7B-class models)."""
+    cpus_per_learner: float = 1.0
+    """Ray CPUs reserved per learner."""
+    gpus_per_learner: float = 0.0
+    """Ray GPUs per learner (> 0: the learner trains on its GPU with nccl)."""
+    learner_timeout_s: float = 600.0
+    """Seconds a collective may wait for a peer learner before failing."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 1:
             raise ConfigError(f"config key 'cluster.num_workers' = {self.num_workers} must be >= 1")
         if self.cpus_per_worker < 0 or self.gpus_per_worker < 0:
             raise ConfigError("config keys 'cluster.cpus_per_worker'/'cluster.gpus_per_worker' must be >= 0")
+        if self.num_learners < 0 or self.cpus_per_learner < 0 or self.gpus_per_learner < 0:
+            raise ConfigError("config keys 'cluster.num_learners'/'cluster.cpus_per_learner'/'cluster.gpus_per_learner' "
+                              "must be >= 0")
+        if self.num_learners > 0 and self.address is None:
+            raise ConfigError(f"config key 'cluster.num_learners' = {self.num_learners} needs a Ray cluster: set "
+                              "cluster.address (auto, local or HOST:PORT), or cluster.num_learners=0")
+        if self.learner_strategy not in ("ddp", "fsdp"):
+            raise ConfigError(f"config key 'cluster.learner_strategy' = {self.learner_strategy!r}: use ddp or fsdp")
         if self.max_worker_restarts < 0:
             raise ConfigError(f"config key 'cluster.max_worker_restarts' = {self.max_worker_restarts} must be >= 0")
 

@@ -145,6 +145,8 @@ class Trainer:
         try:
             return self._run()
         finally:
+            if hasattr(getattr(self, "algo", None), "close"):  # learner actors
+                self.algo.close()
             self.env.close()
             if self.eval_env is not None:
                 self.eval_env.close()
@@ -158,7 +160,12 @@ class Trainer:
         if self._ray is not None:  # rollout workers on Ray: each collects and finishes its share of the batch
             self._ray.configure(gamma, lam, bootstrap)
         self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
-        self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
+        if self._ray is not None and cfg.cluster.num_learners > 0:  # data-parallel learners (DDP/FSDP) on Ray
+            from robo_rl.distributed.learner import RayLearners
+
+            self.algo = RayLearners(cfg, self._ray.ray, self.policy, env.obs_spec, env.action_spec)
+        else:
+            self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
         if hasattr(self.algo, "set_teacher"):  # teacher-guided algorithms (RPD, OPD) get their teacher here
             from robo_rl.runners.build import policy_from_checkpoint
 
@@ -239,6 +246,8 @@ class Trainer:
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "env_steps": st.env_steps, "iterations": st.iteration,
                    "wall_time_min": round(st.wall_time / 60, 2), "stop_reason": stop_reason,
                    "worker_restarts": getattr(env, "restarts", 0)}
+        if hasattr(self.algo, "restarts"):
+            summary["learner_restarts"] = self.algo.restarts
         if rc.final_eval_episodes > 0:
             final = self._evaluate(rc.final_eval_episodes, record=rc.video)
             summary["final_eval"] = final.as_dict()
