@@ -359,8 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.set_defaults(fn=cmd_steer)
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), "
-                                     "sample (pi0 chunk sampling), ros (ROS 2 node latency)")
-    b.add_argument("name", help="ppo | env | decode | sample | ros")
+                                     "sample (pi0 chunk sampling), ros (ROS 2 node latency), rollout (serial vs pipelined), "
+                                     "scale (VLA-driven env batch: steps/s, GPU utilization)")
+    b.add_argument("name", help="ppo | env | decode | sample | ros | rollout | scale")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
     b.set_defaults(fn=cmd_bench)
     return p

@@ -6,6 +6,7 @@ modes; medians are reported.
 
     robo-rl bench rollout                               # PushCube state, 4 envs in 4 workers, a wide MLP
     robo-rl bench rollout --hidden 1024 1024 --num-envs 8
+    robo-rl bench rollout --num-envs 32 --envs-per-worker 16 --hidden 1024 1024 1024   # 2 workers
 
 The policy's width sets t_policy; pipelining can only pay off when t_env and t_policy are comparable
 and there are cores for both (on a 2-core machine the env workers and the policy share them).
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="PushCube-v1")
     ap.add_argument("--num-envs", type=int, default=4)
+    ap.add_argument("--envs-per-worker", type=int, default=1, help="envs each env worker process steps in turn")
     ap.add_argument("--hidden", type=int, nargs="+", default=[2048, 2048, 2048], help="policy MLP widths (sets t_policy)")
     ap.add_argument("--steps", type=int, default=100, help="collection steps per round")
     ap.add_argument("--rounds", type=int, default=3)
@@ -48,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 
     torch.set_num_threads(args.threads)
-    env = ManiSkillVecEnv(ManiSkillConfig(task=args.task, num_envs=args.num_envs, obs_mode="state", backend="cpu"))
+    env = ManiSkillVecEnv(ManiSkillConfig(task=args.task, num_envs=args.num_envs, obs_mode="state", backend="cpu",
+                                          envs_per_worker=args.envs_per_worker))
     try:
         if env.num_workers < 2:
             raise RoboRLError("bench rollout needs >= 2 env workers (--num-envs >= 2)")
