@@ -159,6 +159,47 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args.name, args.bench_args)
 
 
+def cmd_curves(args: argparse.Namespace) -> int:
+    """Seed groups of runs compared: binned mean/min/max of a metric, a band plot, the final evaluations."""
+    from pathlib import Path
+
+    from robo_rl.eval.plots import curve_groups
+
+    groups: dict[str, list[Path]] = {}
+    finals: dict[str, list[float]] = {}
+    for spec in args.group:
+        label, sep, dirs = spec.partition("=")
+        if not sep or not dirs:
+            raise RoboRLError(f"--group {spec!r}: use LABEL=RUN_DIR[,RUN_DIR...]")
+        for d in dirs.split(","):
+            csv_path = Path(d) / "metrics.csv"
+            if not csv_path.is_file():
+                raise RoboRLError(f"--group {label}: '{d}' has no metrics.csv; pass run directories made by 'robo-rl train'")
+            groups.setdefault(label, []).append(csv_path)
+            summary = Path(d) / "summary.json"
+            if summary.is_file():
+                final = json.loads(summary.read_text()).get("final_eval")
+                if final:
+                    finals.setdefault(label, []).append(final["success_rate"])
+    table = curve_groups(groups, Path(args.out), args.metric, args.bin)
+    steps = sorted({x for rows in table.values() for x, *_ in rows})
+    print(f"{args.metric} per {args.bin} env steps: seed mean [min, max]")
+    print(f"{'steps':>8} " + " ".join(f"{k:>22}" for k in table))
+    for x in steps:
+        cells = []
+        for rows in table.values():
+            hit = [r for r in rows if r[0] == x]
+            cells.append(f"{hit[0][1]:.2f} [{hit[0][2]:.2f}, {hit[0][3]:.2f}]" if hit else "-")
+        print(f"{x:>8} " + " ".join(f"{c:>22}" for c in cells))
+    for label, rows in table.items():
+        auc = sum(r[1] for r in rows) / max(1, len(rows))
+        fin = finals.get(label)
+        print(f"{label}: mean over the curve {auc:.3f}" + (f"; final evaluations {', '.join(f'{f:.2f}' for f in fin)} "
+                                                          f"(mean {sum(fin) / len(fin):.3f})" if fin else ""))
+    print(f"plot: {args.out}")
+    return 0
+
+
 def cmd_demos(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -357,6 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("overrides", nargs="*", help="env.key=value overrides (e.g. an OOD variation)")
     for q in (sc, sf, se):
         q.set_defaults(fn=cmd_steer)
+
+    cv = sub.add_parser("curves", help="compare seed groups of runs: binned learning curves with min-max bands")
+    cv.add_argument("--group", action="append", required=True, help="LABEL=RUN_DIR[,RUN_DIR...] (repeat per group)")
+    cv.add_argument("--metric", default="train/success_rate")
+    cv.add_argument("--bin", type=int, default=10_000, help="env steps per bin")
+    cv.add_argument("--out", default="curves.png")
+    cv.set_defaults(fn=cmd_curves)
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), "
                                      "sample (pi0 chunk sampling), ros (ROS 2 node latency), rollout (serial vs pipelined), "

@@ -87,3 +87,47 @@ def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
         for f in frames:
             w.append_data(np.asarray(f, dtype=np.uint8))
     os.replace(tmp, path)
+
+
+def curve_groups(groups: dict[str, list[Path]], out_png: Path, metric: str = "train/success_rate",
+                 bin_steps: int = 10_000) -> dict[str, list[tuple[int, float, float, float]]]:
+    """Several seeds per label (label -> metrics.csv files): ``metric`` binned every ``bin_steps`` env
+    steps (last value in each bin per seed), drawn as the seed mean with a min-max band. Returns
+    label -> [(bin end, mean, min, max)] over the bins every seed reached."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table: dict[str, list[tuple[int, float, float, float]]] = {}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, paths in groups.items():
+        per_seed: list[dict[int, float]] = []
+        for path in paths:
+            bins: dict[int, float] = {}
+            for r in csv.DictReader(open(path)):
+                if r.get(metric) not in (None, ""):
+                    bins[-(-int(float(r["env_steps"])) // bin_steps) * bin_steps] = float(r[metric])
+            per_seed.append(bins)
+        common = sorted(set.intersection(*(set(b) for b in per_seed))) if per_seed else []
+        rows = []
+        for x in common:
+            ys = [b[x] for b in per_seed]
+            rows.append((x, sum(ys) / len(ys), min(ys), max(ys)))
+        table[label] = rows
+        if rows:
+            xs, mean, lo, hi = zip(*rows)
+            line, = ax.plot(xs, mean, "o-", ms=3, label=f"{label} (n={len(paths)})")
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(f"{metric} (mean, min-max over seeds)")
+    if metric.endswith("success_rate"):
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, out_png)
+    return table

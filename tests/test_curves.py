@@ -1,0 +1,37 @@
+"""`robo-rl curves`: seed groups of runs binned and compared (logic on written metrics files)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+
+
+def _run(path, points, final=None):
+    path.mkdir(parents=True)
+    rows = ["iteration,env_steps,train/success_rate"] + [f"{i},{s},{v}" for i, (s, v) in enumerate(points, 1)]
+    (path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    if final is not None:
+        (path / "summary.json").write_text(json.dumps({"final_eval": {"success_rate": final}}))
+
+
+def test_groups_are_binned_with_mean_min_max(tmp_path):
+    from robo_rl.eval.plots import curve_groups
+
+    _run(tmp_path / "a", [(4000, 0.1), (9000, 0.2), (14000, 0.5), (20000, 0.6)])
+    _run(tmp_path / "b", [(10000, 0.4), (20000, 0.8), (30000, 0.9)])
+    table = curve_groups({"g": [tmp_path / "a" / "metrics.csv", tmp_path / "b" / "metrics.csv"]}, tmp_path / "c.png")
+    # last value per 10k bin and seed; only bins every seed reached
+    assert table["g"] == [(10000, 0.30000000000000004, 0.2, 0.4), (20000, 0.7, 0.6, 0.8)]
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_curves_cli_prints_table_and_finals(tmp_path):
+    _run(tmp_path / "s0", [(10000, 0.5), (20000, 1.0)], final=0.9)
+    _run(tmp_path / "r0", [(10000, 0.3), (20000, 0.9)], final=1.0)
+    proc = run_cli("curves", "--group", f"single={tmp_path / 's0'}", "--group", f"ray={tmp_path / 'r0'}",
+                   "--out", str(tmp_path / "c.png"))
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "0.50 [0.50, 0.50]" in proc.stdout and "final evaluations 1.00" in proc.stdout
+    bad = run_cli("curves", "--group", f"x={tmp_path / 'missing'}", "--out", str(tmp_path / "d.png"))
+    assert bad.returncode == 2 and "has no metrics.csv" in bad.stderr and bad.stderr.count("\n") <= 2
