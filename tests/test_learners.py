@@ -85,6 +85,40 @@ def test_two_learners_equal_one_process(local_ray, strategy):
         learners.close()
 
 
+def test_rpd_on_ddp_learners_equals_one_process(local_ray, tmp_path):
+    """RPD's teacher term calls the student outside the DDP wrapper; the averaged gradient must still
+    be the one-process gradient (a teacher checkpoint written by the test; lambda well above zero)."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.config import to_dict
+    from robo_rl.distributed.learner import RayLearners
+    from robo_rl.runners.build import build_algorithm, policy_from_checkpoint
+
+    base = _cfg()
+    teacher_policy = _setup(base)[0]
+    with torch.no_grad():
+        for p in teacher_policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    meta = {"policy": "mlp", "obs_spec": {"state": [OBS]}, "action_spec": {"shape": [ACT], "low": -1.0, "high": 1.0},
+            "config": to_dict(base)}
+    ckpt_io.save(tmp_path / "teacher" / "checkpoints", 1, teacher_policy.state_dict(), {}, meta)
+    cfg = _cfg("algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}", "algo.lambda_=2.0", "algo.minibatches=1",
+               "algo.epochs=3", "algo.norm_adv=false", "algo.target_kl=null")
+    policy, obs_spec, action_spec, batch = _setup(cfg)
+    single = copy.deepcopy(policy)
+    algo = build_algorithm(cfg.algo, single, generator=torch.Generator().manual_seed(0))
+    teacher, _, teacher_actions = policy_from_checkpoint(str(tmp_path / "teacher"))
+    algo.set_teacher(teacher, action_spec.shape, teacher_actions.shape)
+    learners = RayLearners(cfg, ray, policy, obs_spec, action_spec)
+    try:
+        want = algo.update(batch)
+        got = learners.update(batch)
+        assert want["teacher_distance"] > 0.01 and got["teacher_distance"] == pytest.approx(want["teacher_distance"], rel=1e-4)
+        for k, v in single.state_dict().items():
+            assert torch.allclose(policy.state_dict()[k], v, atol=1e-5, rtol=1e-4), k
+    finally:
+        learners.close()
+
+
 def test_learner_requests_fail_in_one_line(local_ray):
     from robo_rl.distributed.learner import check_algorithm
     from robo_rl.errors import ConfigError

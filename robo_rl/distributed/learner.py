@@ -229,7 +229,12 @@ class RayLearners:
     ``state_dict``, ``load_state_dict``, ``close``); ``policy`` is the driver's copy."""
 
     def __init__(self, cfg: Any, ray: Any, policy: Any, obs_spec: Any, action_spec: Any) -> None:
+        import dataclasses
+
         check_algorithm(cfg)
+        teacher = getattr(cfg.algo, "teacher", None)
+        if teacher and not os.path.isabs(teacher):  # learner actors need not share the driver's working directory
+            cfg = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, teacher=os.path.abspath(teacher)))
         self.cfg, self.ray, self.policy = cfg, ray, policy
         self.specs = (obs_spec, action_spec)
         self.n = cfg.cluster.num_learners
