@@ -1,7 +1,9 @@
 """Rollout collection with the trainer's ``Collector``: serial (policy for all envs, then step all
 envs) vs pipelined (``run.pipeline``: the env workers in two groups, one group steps while the policy
 acts for the other), on the same envs and policy,
-with the limit B / max(t_env, t_policy) measured in the same run. Rounds alternate between the
+with the limit B / max(t_env, t_policy) measured in the same run, and the two-group bound
+B / (2 max(t_env of one group, t_policy on half the batch)), which is what double buffering can
+reach when the policy's cost does not halve with the batch (CPU GEMMs at small batch). Rounds alternate between the
 modes; medians are reported.
 
     robo-rl bench rollout                               # PushCube state, 4 envs in 4 workers, a wide MLP
@@ -59,33 +61,53 @@ def main(argv: list[str] | None = None) -> int:
         cols = [Collector(env, policy, args.steps, 0.99, 0.95, pipeline=p) for p in (False, True)]
         obs, _ = env.reset(seed=0)
         zeros = np.zeros((env.num_envs, *env.action_spec.shape), np.float32)
-        t_env, t_pol, r_serial, r_pipe = [], [], [], []
+        n = env.num_workers
+        group = list(range(n // 2))  # the pipeline's first group of workers, and its rows
+        rows = torch.as_tensor([r for w in group for r in env.worker_rows[w]])
+        t_env, t_pol, t_env_g, t_pol_h, r_serial, r_pipe = [], [], [], [], [], []
         for _ in range(args.rounds):
             t0 = time.perf_counter()
             for _ in range(20):
                 obs = env.step(zeros).obs
             t_env.append((time.perf_counter() - t0) / 20)
             t0 = time.perf_counter()
+            for _ in range(20):
+                env.step_async(zeros, group)
+                env.step_wait()
+            t_env_g.append((time.perf_counter() - t0) / 20)
+            tobs = obs_to_torch(obs)
+            half = {k: v[rows] for k, v in tobs.items() if isinstance(v, torch.Tensor)}
             with torch.no_grad():
+                t0 = time.perf_counter()
                 for _ in range(20):
-                    policy.act(obs_to_torch(obs))
-            t_pol.append((time.perf_counter() - t0) / 20)
+                    policy.act(tobs)
+                t_pol.append((time.perf_counter() - t0) / 20)
+                t0 = time.perf_counter()
+                for _ in range(20):
+                    policy.act(half)
+                t_pol_h.append((time.perf_counter() - t0) / 20)
             rate, tobs = collect_rate(cols[0], obs_to_torch(obs))
             r_serial.append(rate)
             rate, tobs = collect_rate(cols[1], tobs)
             r_pipe.append(rate)
             obs = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tobs.items()}
         te, tp = statistics.median(t_env), statistics.median(t_pol)
+        tg, th = statistics.median(t_env_g), statistics.median(t_pol_h)
         limit = env.num_envs / max(te, tp)
+        # two groups in turn: a full step of all envs takes at least 2 x max(one group's env step, the
+        # policy on half the batch); it equals the limit only if both halve with the batch
+        bound = env.num_envs / (2 * max(tg, th))
         s, p = statistics.median(r_serial), statistics.median(r_pipe)
         print(f"{args.task}, {env.num_envs} envs in {env.num_workers} workers, policy MLP {args.hidden}, "
               f"torch threads {torch.get_num_threads()}")
-        print(f"t_env {te * 1e3:.2f} ms, t_policy {tp * 1e3:.2f} ms per step of all envs")
-        print(f"{'':>10} {'env steps/s':>12} {'/ limit':>8}")
-        print(f"{'limit':>10} {limit:12.1f} {1.0:8.2f}")
-        print(f"{'serial':>10} {s:12.1f} {s / limit:8.2f}")
-        print(f"{'pipelined':>10} {p:12.1f} {p / limit:8.2f}")
-        print(f"pipelined / serial = {p / s:.2f}")
+        print(f"t_env {te * 1e3:.2f} ms, t_policy {tp * 1e3:.2f} ms per step of all envs; one group's env step "
+              f"{tg * 1e3:.2f} ms, policy on half the batch {th * 1e3:.2f} ms ({th / tp:.2f} of the whole)")
+        print(f"{'':>16} {'env steps/s':>12} {'/ limit':>8}")
+        print(f"{'limit':>16} {limit:12.1f} {1.0:8.2f}")
+        print(f"{'two-group bound':>16} {bound:12.1f} {bound / limit:8.2f}")
+        print(f"{'serial':>16} {s:12.1f} {s / limit:8.2f}")
+        print(f"{'pipelined':>16} {p:12.1f} {p / limit:8.2f}")
+        print(f"pipelined / serial = {p / s:.2f}; pipelined / two-group bound = {p / bound:.2f}")
     finally:
         env.close()
     return 0
