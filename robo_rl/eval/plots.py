@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,21 @@ def learning_curve(metrics_csv: Path, out_png: Path) -> None:
     os.replace(tmp, out_png)
 
 
+def _finish_steps_plot(fig: Any, ax: Any, metric: str, out_png: Path) -> None:
+    """Axes limits, grid and legend of a metric-vs-env-steps plot; written atomically."""
+    import matplotlib.pyplot as plt
+
+    if metric.endswith("success_rate"):
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, out_png)
+
+
 def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, float] | None = None,
                    metric: str = "eval/success_rate") -> None:
     """``metric`` (default: evaluation success) against env steps for several runs (label ->
@@ -67,15 +83,7 @@ def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, f
         ax.axhline(reference[1], ls="--", c="k", lw=1, label=reference[0])
     ax.set_xlabel("env steps")
     ax.set_ylabel(metric)
-    if metric.endswith("success_rate"):
-        ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out_png)
+    _finish_steps_plot(fig, ax, metric, out_png)
 
 
 def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
@@ -121,13 +129,5 @@ def curve_groups(groups: dict[str, list[Path]], out_png: Path, metric: str = "tr
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("env steps")
     ax.set_ylabel(f"{metric} (mean, min-max over seeds)")
-    if metric.endswith("success_rate"):
-        ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out_png)
+    _finish_steps_plot(fig, ax, metric, out_png)
     return table
