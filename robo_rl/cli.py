@@ -256,15 +256,28 @@ def cmd_demos_convert(args: argparse.Namespace) -> int:
 
     meta = read_meta(args.src)
     src_mode = str(meta.get("control_mode", ""))
-    eps = [convert(ep, src_mode, args.control_mode) for ep in load_episodes(args.src)]
+    from robo_rl.data.episodes import DatasetError
+
+    eps, dropped = [], []
+    for ep in load_episodes(args.src):
+        try:
+            eps.append(convert(ep, src_mode, args.control_mode))
+        except DatasetError as err:
+            if not args.drop_unconvertible or "cannot be converted exactly" not in str(err):
+                raise
+            dropped.append(ep.seed)
+    if not eps:
+        raise RoboRLError(f"no episode of '{args.src}' converts exactly to {args.control_mode}")
     clipped = sum(int(ep.extra.get("clipped_steps", 0)) for ep in eps)
-    meta = {**meta, "control_mode": args.control_mode, "converted_from": src_mode, "clipped_steps": clipped}
+    meta = {**meta, "control_mode": args.control_mode, "converted_from": src_mode, "clipped_steps": clipped,
+            "dropped_seeds": dropped}
     try:
         path = write_episodes(args.out, eps, meta)
     except OSError as err:
         raise RoboRLError(f"cannot write '{args.out}' ({err.strerror}); pass --out in a writable place") from None
     print(json.dumps({"out": str(path), "episodes": len(eps), "control_mode": args.control_mode,
-                      "steps": sum(ep.length for ep in eps), "clipped_steps": clipped}, indent=2))
+                      "steps": sum(ep.length for ep in eps), "clipped_steps": clipped,
+                      "dropped_unconvertible": len(dropped)}, indent=2))
     return 0
 
 
@@ -355,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("src", help="robo-rl episodes file")
     c.add_argument("--control-mode", required=True, choices=["pd_joint_delta_pos"])
     c.add_argument("--out", required=True, help="output .h5 file")
+    c.add_argument("--drop-unconvertible", action="store_true",
+                   help="leave out episodes with a step the target controller cannot make (counted in the output)")
     c.set_defaults(fn=cmd_demos_convert)
 
     dp = sub.add_parser("deploy", help="serve a trained policy on a ROS 2 robot (safety-filtered)")

@@ -135,6 +135,21 @@ def test_convert_refuses_what_it_cannot_do_exactly():
         convert(ep, "pd_ee_delta_pose", "pd_joint_delta_pos")
 
 
+def test_convert_cli_drops_unconvertible_episodes_only_when_asked(tmp_path):
+    base = _episode(4, 1)
+    good = Episode({"state": np.zeros((5, 9), np.float32)}, np.zeros((4, 8), np.float32), base.rewards, base.success, seed=1)
+    bad = Episode({"state": np.zeros((5, 9), np.float32)}, np.zeros((4, 8), np.float32), base.rewards, base.success, seed=2)
+    bad.actions[1, 0] = 0.3
+    src = write_episodes(tmp_path / "src.h5", [good, bad], {"control_mode": "pd_joint_pos"})
+    proc = run_cli("demos", "convert", str(src), "--control-mode", "pd_joint_delta_pos", "--out", str(tmp_path / "a.h5"))
+    assert proc.returncode == 2 and "seed 2" in proc.stderr and not (tmp_path / "a.h5").exists()
+    proc = run_cli("demos", "convert", str(src), "--control-mode", "pd_joint_delta_pos", "--out", str(tmp_path / "b.h5"),
+                   "--drop-unconvertible")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert json.loads(proc.stdout)["dropped_unconvertible"] == 1
+    assert [e.seed for e in load_episodes(tmp_path / "b.h5")] == [1] and read_meta(tmp_path / "b.h5")["dropped_seeds"] == [2]
+
+
 @pytest.mark.libero
 def test_libero_scripted_expert_solves_and_roundtrips(tmp_path, need_libero):
     out = tmp_path / "libero.h5"
