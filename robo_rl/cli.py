@@ -432,7 +432,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # dotted overrides may also follow options ("train CFG --resume X a.b=1"): argparse fills a
+    # positional list only once, so later KEY=VALUE words come back unparsed
+    stray = [w for w in extra if w.startswith("-") or "=" not in w]
+    if stray or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = [*(args.overrides or []), *extra]
     _setup_logging(args.verbose)
     try:
         return int(args.fn(args) or 0)

@@ -145,3 +145,13 @@ def test_mismatched_checkpoint_is_one_line(trained_run, tmp_path, need_maniskill
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     err = _one_line_error(run_cli("train", "--resume", str(run)))
     assert "does not match this model" in err
+
+
+def test_overrides_may_follow_options(tmp_path):
+    """KEY=VALUE words after options reach the command's overrides; other stray words are refused."""
+    proc = run_cli("steer", "collect", str(tmp_path / "nowhere"), "--episodes", "1", "--out", str(tmp_path / "x.npz"),
+                   "env.variations.object_pose_jitter=0.05")
+    assert proc.returncode == 2 and "unrecognized arguments" not in proc.stderr and "nowhere" in proc.stderr, proc.stderr
+    proc = run_cli("steer", "collect", str(tmp_path / "nowhere"), "--episodes", "1", "--out", str(tmp_path / "x.npz"),
+                   "--bogus")
+    assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
