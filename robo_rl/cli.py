@@ -297,7 +297,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
-                             10_000 if args.seed is None else args.seed, args.num_envs, args.overrides)
+                             10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau)
     print(json.dumps(out, indent=2))
     return 0
 
@@ -407,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--steering", required=True, help="a directory from 'steer fit'")
     se.add_argument("--episodes", type=int, default=100)
     se.add_argument("--mode", choices=["gated", "always", "off"], default="gated")
+    se.add_argument("--tau", type=float, default=None, help="with --mode gated: the gate threshold (default: the fitted one)")
     for q in (sc, se):
         q.add_argument("--num-envs", type=int, default=None)
         q.add_argument("--seed", type=int, default=None)

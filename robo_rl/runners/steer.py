@@ -191,17 +191,20 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None) -
 
 
 def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gated", seed: int = 10_000,
-             num_envs: int | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Success of the steered policy: ``gated`` (the saved tau), ``always`` or ``off``."""
+             num_envs: int | None = None, overrides: list[str] | None = None, tau: float | None = None) -> dict[str, Any]:
+    """Success of the steered policy: ``gated`` (the saved tau, or ``tau``), ``always`` or ``off``."""
     from robo_rl.runners.evaluate import evaluate_policy
 
-    taus = {"gated": None, "always": -1.0, "off": 2.0}
+    taus = {"gated": tau, "always": -1.0, "off": 2.0}
     if mode not in taus:
         raise ConfigError(f"steer eval --mode {mode!r}; choose one of {', '.join(taus)}")
+    if tau is not None and (mode != "gated" or not 0.0 <= tau <= 1.0):
+        raise ConfigError(f"steer eval --tau {tau}: a probability in [0, 1], and only with --mode gated")
     model = load_steered(checkpoint, steering_dir, taus[mode])
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
     try:
         res = evaluate_policy(env, model, episodes, seed=seed, deterministic=True)
     finally:
         env.close()
-    return {"mode": mode, **res.as_dict()}
+    return {"mode": mode, "tau": model.cfg.tau, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
+            **res.as_dict()}

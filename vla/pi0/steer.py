@@ -36,6 +36,8 @@ class SteeredPi0Policy(nn.Module):
         arch = base.model.arch
         self.head = VelocityHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden)
         self.fail = FailurePredictor(arch.lm_hidden, cfg.hidden)
+        self.rows_seen = 0  # env rows acted for, and how many of them were steered (g = 1)
+        self.rows_steered = 0
 
     def gate(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(g (B,) bool, p_fail (B,)) from the pooled prefix."""
@@ -51,6 +53,8 @@ class SteeredPi0Policy(nn.Module):
         shape = (b, arch.chunk_size, arch.max_action_dim)
         x = torch.zeros(shape, device=state.device) if deterministic else torch.randn(shape, device=state.device)
         g, p_fail = self.gate(pre.pooled)
+        self.rows_seen += b
+        self.rows_steered += int(g.sum())
         ts, dt = step_times(arch.num_steps, state.device)
         for i in range(arch.num_steps):
             t = ts[i].expand(b)
