@@ -135,10 +135,11 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
                    "--steps", "10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "auroc_train" in json.loads(proc.stdout)
-    for mode in ("gated", "off"):
+    for mode, extra, steered in (("gated", [], None), ("off", [], 0.0), ("gated", ["--tau", "0"], 1.0)):
         proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
-                       "--episodes", "2", "--num-envs", "2", "--mode", mode)
+                       "--episodes", "2", "--num-envs", "2", "--mode", mode, *extra)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert json.loads(proc.stdout)["episodes"] == 2
+        res = json.loads(proc.stdout)
+        assert res["episodes"] == 2 and (steered is None or res["steered_fraction"] == steered)
     proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
