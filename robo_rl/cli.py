@@ -58,7 +58,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from robo_rl import checkpoint as ckpt_io
-    from robo_rl.config import from_dict
+    from robo_rl.config import apply_overrides, from_dict
     from robo_rl.errors import CheckpointError, ConfigError
     from robo_rl.runners.build import build_env, build_policy
     from robo_rl.runners.config import TrainConfig
@@ -77,6 +77,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise RoboRLError("robo-rl eval needs a CHECKPOINT (or --report RESULTS_JSON)")
     if args.episodes < 1:
         raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
+    bad = [o for o in args.overrides if not o.startswith(("env.", "policy."))]
+    if bad:
+        raise ConfigError(f"eval takes env.* and policy.* overrides (e.g. policy.noise_level=0, "
+                          f"env.variations.object_pose_jitter=0.05); got {', '.join(bad)}")
+    if args.overrides and (args.benchmark or args.via_ros):
+        raise ConfigError("eval overrides apply to the plain evaluation, not to --benchmark or --via-ros")
     torch.set_num_threads(1)
     if args.benchmark:
         from robo_rl.eval.benchmark import evaluate_benchmark
@@ -108,6 +114,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg = from_dict(TrainConfig, meta["config"])
     except (KeyError, ConfigError) as err:
         raise CheckpointError(f"checkpoint '{ckpt}' carries an unusable config ({err})") from None
+    if args.overrides:  # a bad key or value is the override's fault: its own one-line error
+        cfg = from_dict(TrainConfig, apply_overrides(meta["config"], args.overrides))
     env_cfg = cfg.env
     if args.num_envs:
         env_cfg = dataclasses.replace(env_cfg, num_envs=args.num_envs)
@@ -294,7 +302,8 @@ def cmd_steer(args: argparse.Namespace) -> int:
     if args.steer_command == "collect":
         out = steer.collect(args.checkpoint, args.episodes, args.out, args.num_envs, args.seed or 0, args.overrides)
     elif args.steer_command == "fit":
-        out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau)
+        out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
+                        baseline=not args.no_baseline, advantage=args.advantage)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau)
@@ -310,6 +319,19 @@ def cmd_vla(args: argparse.Namespace) -> int:
     path = build_mini(args.out, image_size=args.image_size, action_dim=args.action_dim, llm_layers=args.llm_layers)
     print(json.dumps({"out": str(path)}))
     return 0
+
+
+def _tau_arg(text: str) -> float | str:
+    """``--tau``: a probability in [0, 1] or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1] or 'auto'") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1] or 'auto'")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -346,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--video", help="mp4 path (default: <run>/eval_<checkpoint>.mp4)")
     e.add_argument("--no-video", action="store_true")
     e.add_argument("--via-ros", metavar="ROBOT_YAML", help="evaluate through the ROS 2 bridge against the simulated robot process")
+    e.add_argument("overrides", nargs="*", help="env.key=value / policy.key=value overrides of the checkpoint's config, "
+                   "e.g. an OOD variation or a pi0 sampler setting (policy.noise_level=0 with --stochastic)")
     e.set_defaults(fn=cmd_eval)
 
     i = sub.add_parser("info", help="what is registered and which simulator backends work here")
@@ -401,7 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--out", required=True, help="output steering directory")
     sf.add_argument("--steps", type=int, default=500)
     sf.add_argument("--beta", type=float, default=1.0)
-    sf.add_argument("--tau", type=float, default=0.5)
+    sf.add_argument("--tau", type=_tau_arg, default=0.5,
+                    help="gate threshold on p_fail, or 'auto' (the held-out Youden-optimal threshold)")
+    sf.add_argument("--advantage", choices=["value", "return"], default="value",
+                    help="return-to-go minus a fitted value baseline (default), or the standardized return-to-go")
+    sf.add_argument("--no-baseline", action="store_true",
+                    help="one head fit to the logged chunks' flow (not only the advantage shift)")
     se = ssub.add_parser("eval", help="success of the base policy with steering gated / always on / off")
     se.add_argument("checkpoint")
     se.add_argument("--steering", required=True, help="a directory from 'steer fit'")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from robo_rl.algorithms.rl2 import SteeringConfig, advantage_weights, auroc, compose
+import pytest
+
+from robo_rl.algorithms.rl2 import ShiftHead, SteeringConfig, VelocityHead, advantage_weights, auroc, compose, youden_threshold
 from robo_rl.contracts import ArraySpec
 from vla.pi0.policy import Pi0Policy, Pi0PolicyConfig
 from vla.pi0.steer import SteeredPi0Policy
@@ -16,10 +18,10 @@ OBS_SPEC = {"rgb": ArraySpec((1, 32, 32, 3), "uint8"), "state": ArraySpec((5,), 
 ACT = ArraySpec((7,), "float32", -1.0, 1.0)
 
 
-def _steered(tau: float, seed: int = 0) -> SteeredPi0Policy:
+def _steered(tau: float, seed: int = 0, baseline: bool = False) -> SteeredPi0Policy:
     torch.manual_seed(seed)
     base = Pi0Policy(Pi0PolicyConfig(exec_steps=3), OBS_SPEC, ACT)
-    s = SteeredPi0Policy(base, SteeringConfig(beta=1.0, tau=tau))
+    s = SteeredPi0Policy(base, SteeringConfig(beta=1.0, tau=tau, baseline=baseline))
     for p in s.head.parameters():  # a "trained" head: non-zero output
         torch.nn.init.normal_(p, std=0.5)
     return s
@@ -54,6 +56,7 @@ def test_open_gate_steers_only_the_gated_envs():
 
 def test_advantage_weighted_flow_matching_fits_the_head():
     s = _steered(tau=1.1)
+    assert isinstance(s.head, VelocityHead)
     torch.nn.init.zeros_(s.head.net[-1].weight)
     torch.nn.init.zeros_(s.head.net[-1].bias)
     obs = _obs(8)
@@ -80,3 +83,60 @@ def test_auroc_on_known_cases():
     assert auroc(torch.tensor([0.9, 0.8, 0.2, 0.1]), y) == 0.0
     assert auroc(torch.tensor([0.5, 0.5, 0.5, 0.5]), y) == 0.5
     assert auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), y) == 0.75
+
+
+def _fit_shift(s: SteeredPi0Policy, obs: dict, actions: torch.Tensor, adv: torch.Tensor, steps: int) -> None:
+    opt = torch.optim.Adam(s.head.parameters(), lr=3e-3)
+    for _ in range(steps):
+        loss = s.steering_loss(obs, actions, adv)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_shift_head_without_advantage_signal_leaves_the_vla_unchanged():
+    """Equal advantages: h_w and h_1 see the same weights and samples, so v_phi = h_w - h_1 stays 0 and
+    always-on steering is the base VLA bit for bit, though each part alone has learned a non-zero field."""
+    torch.manual_seed(0)
+    s = SteeredPi0Policy(Pi0Policy(Pi0PolicyConfig(exec_steps=3), OBS_SPEC, ACT), SteeringConfig(tau=-0.1))
+    assert isinstance(s.head, ShiftHead)
+    s.head.reference.load_state_dict(s.head.weighted.state_dict())
+    obs = _obs(8)
+    actions = torch.from_numpy(np.random.default_rng(1).uniform(-1, 1, (8, 4, 7)).astype(np.float32))
+    _fit_shift(s, obs, actions, torch.full((8,), 0.7), steps=5)
+    with torch.no_grad():
+        base = s.base.act(obs, deterministic=True).actions
+        out = s.act(obs, deterministic=True)
+        x, t = torch.randn(2, 4, 32), torch.rand(2)
+        z = torch.randn(2, 4, s.head.weighted.net[0].in_features - 32 - 1)
+        assert s.head.weighted(x, t, z).abs().max() > 1e-3
+    assert out.extras["steered"].all() and torch.equal(out.actions, base)
+
+
+def test_shift_head_moves_actions_towards_the_advantaged_chunk():
+    """The same observation logged with a +0.6 chunk (advantage +1) and a -0.6 chunk (advantage -1): the
+    steered policy's action moves up from the base's, by the advantage weighting alone."""
+    s = _steered(tau=-0.1, baseline=True)
+    for part in (s.head.weighted, s.head.reference):
+        torch.nn.init.zeros_(part.net[-1].weight)
+        torch.nn.init.zeros_(part.net[-1].bias)
+    obs = {k: (v[:1].repeat(16, *[1] * (v.dim() - 1)) if torch.is_tensor(v) else v[:1] * 16) for k, v in _obs(1).items()}
+    actions = torch.cat([torch.full((8, 4, 7), 0.6), torch.full((8, 4, 7), -0.6)])
+    adv = torch.cat([torch.ones(8), -torch.ones(8)])
+    torch.manual_seed(3)
+    _fit_shift(s, obs, actions, adv, steps=60)
+    with torch.no_grad():
+        base = s.base.act(_obs(1) | {"rgb": obs["rgb"][:1], "state": obs["state"][:1]}, deterministic=True).actions
+        steered = s.act({k: v[:1] for k, v in obs.items()}, deterministic=True).actions
+    shift = (steered - base).mean()
+    assert shift > 0.05, float(shift)
+
+
+def test_youden_threshold_and_config_checks():
+    p, y = torch.tensor([0.1, 0.3, 0.6, 0.9]), torch.tensor([0, 0, 1, 1])
+    cut = youden_threshold(p, y)
+    assert cut == pytest.approx(0.3) and ((p > cut) == y.bool()).all()
+    assert youden_threshold(torch.tensor([0.2, 0.8, 0.4]), torch.tensor([0, 1, 1])) == pytest.approx(0.2)
+    assert youden_threshold(p, torch.ones(4)) != youden_threshold(p, torch.ones(4))  # nan: one class
+    with pytest.raises(ValueError, match="advantage"):
+        SteeringConfig(advantage="reward")

@@ -66,6 +66,17 @@ def test_eval_cli_reports_ci_and_video(trained_run, need_maniskill, tmp_path):
     assert "95% CI" in proc.stderr
 
 
+def test_eval_overrides_change_the_env_and_are_checked(trained_run, need_maniskill):
+    """env.* / policy.* overrides reach the evaluated config (3-step episodes: a normalized dense return
+    of at most 3); other sections and unknown keys are one-line errors."""
+    proc = run_cli("eval", str(trained_run), "--episodes", "2", "--num-envs", "1", "--no-video", "env.max_episode_steps=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["episodes"] == 2 and 0.0 < out["mean_return"] <= 3.0
+    assert "env.* and policy.*" in _one_line_error(run_cli("eval", str(trained_run), "--no-video", "algo.lr=1"))
+    assert "bogus" in _one_line_error(run_cli("eval", str(trained_run), "--no-video", "env.bogus=1"))
+
+
 def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniskill):
     args = [sys.executable, "-m", "robo_rl.cli", "train", "configs/quickstart.yaml", *SMALL,
             "run.total_env_steps=640", "run.checkpoint_every_steps=32", "run.eval_every_steps=0",

@@ -12,8 +12,18 @@ chunk a with advantage A, t ~ U(0, 1), noise n, x_t = t n + (1 - t) a,
     L(phi) = E[ w(A) * | v_vla(x_t, t) + beta * v_phi(x_t, t, z) - (n - a) |^2 ],  w = min(exp(A / T), w_max)
 
 (the frozen v_vla and z computed at the same x_t, t), so chunks that did better than expected are the
-ones the composed flow learns to generate. The failure predictor p_fail is a classifier on the
-prefix features trained on the same logs (label: the episode failed); its AUROC is reported.
+ones the composed flow learns to generate.
+
+Advantage shift only (``baseline=True``, the default): fitting the composed field to the logged chunks
+also teaches v_phi whatever the base field gets wrong on them (the base was trained on demos, not on its
+own samples), and that part alone moved the base off its successful actions in our measurements. So
+v_phi = h_w - h_1, two heads fit on the same samples, h_w with the weights w(A) and h_1 with w = 1:
+where v_vla + beta h_1 is the logged chunks' own flow, v_vla + beta v_phi keeps v_vla and adds only the
+difference the advantage weighting makes. The advantage is the return-to-go minus a value baseline V(o)
+fit on the same logs (``advantage="value"``), or the standardized return-to-go (``"return"``).
+
+The failure predictor p_fail is a classifier on the prefix features trained on the same logs (label:
+the episode failed); its AUROC is reported.
 Shapes: x (B, T, A); t (B,); z (B, T, D); features (B, F).
 """
 
@@ -39,6 +49,14 @@ class SteeringConfig:
     """Advantage temperature T of the weights w = exp(A / T)."""
     max_weight: float = 20.0
     """Clip of the advantage weights."""
+    baseline: bool = True
+    """Steer with the advantage shift only: v_phi = h_w - h_1 (see the module docstring)."""
+    advantage: str = "value"
+    """"value": return-to-go minus a fitted V(o); "return": the standardized return-to-go."""
+
+    def __post_init__(self) -> None:
+        if self.advantage not in ("value", "return"):
+            raise ValueError(f"SteeringConfig.advantage={self.advantage!r}; choose 'value' or 'return'")
 
 
 class VelocityHead(nn.Module):
@@ -57,6 +75,19 @@ class VelocityHead(nn.Module):
         return self.net(torch.cat([x.float(), z.float(), tt], dim=-1))
 
 
+class ShiftHead(nn.Module):
+    """v_phi = h_w - h_1 (advantage shift only): ``weighted`` is fit with the advantage weights,
+    ``reference`` without; both start at zero, so an untrained head leaves the VLA unchanged."""
+
+    def __init__(self, action_dim: int, latent_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.weighted = VelocityHead(action_dim, latent_dim, hidden)
+        self.reference = VelocityHead(action_dim, latent_dim, hidden)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.weighted(x, t, z) - self.reference(x, t, z)
+
+
 class FailurePredictor(nn.Module):
     """p_fail(o) from prefix features (B, F) -> (B,) logits."""
 
@@ -66,6 +97,11 @@ class FailurePredictor(nn.Module):
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
         return self.net(f.float()).squeeze(-1)
+
+
+class ValueBaseline(FailurePredictor):
+    """V(o) from prefix features (B, F) -> (B,): regression of the (standardized) return-to-go, the
+    baseline of the advantages the steering head is weighted by."""
 
 
 def compose(v_vla: torch.Tensor, v_phi: torch.Tensor | None, gate: torch.Tensor, beta: float) -> torch.Tensor:
@@ -87,6 +123,18 @@ def awfm_loss(v_vla: torch.Tensor, v_phi: torch.Tensor, noise: torch.Tensor, act
     err = (v_vla.detach() + beta * v_phi - (noise - actions)) ** 2 * mask
     per_row = err.flatten(1).sum(-1) / mask.flatten(1).sum(-1).clamp_min(1.0)
     return (weights * per_row).sum() / weights.sum().clamp_min(1e-8)
+
+
+def youden_threshold(probs: torch.Tensor, labels: torch.Tensor) -> float:
+    """The gate threshold tau maximizing TPR - FPR of ``probs > tau`` for binary ``labels`` (nan if one
+    class): the calibrated "predicted to fail" cut."""
+    p, y = probs.detach().float().flatten(), labels.detach().bool().flatten()
+    if y.all() or not y.any():
+        return float("nan")
+    cuts = torch.cat([p.unique().sort().values, p.new_tensor([-1.0])])  # steer where p > cut
+    pred = p[None, :] > cuts[:, None]
+    j = (pred & y).sum(1) / y.sum() - (pred & ~y).sum(1) / (~y).sum()
+    return float(cuts[int(j.argmax())])
 
 
 def auroc(scores: torch.Tensor, labels: torch.Tensor) -> float:

@@ -4,8 +4,8 @@ collect: roll out the frozen base policy (its stochastic sampler) and log, per p
 observation, the executed chunk (E, A), the return-to-go over the rest of the episode and whether the
 episode failed (``np.savez``, written atomically). fit: train the failure predictor (BCE on "this
 episode failed") and the latent velocity head (advantage-weighted flow matching, advantage = the
-return-to-go minus its mean, scaled by its std) on those logs; the held-out AUROC of the predictor is
-reported; the heads are saved with the base checkpoint's path. eval: success with 95% CIs of the base
+return-to-go minus a fitted value baseline, or the standardized return-to-go) on those logs; the
+held-out AUROC of the predictor is reported; the heads are saved with the base checkpoint's path. eval: success with 95% CIs of the base
 policy with steering gated on predicted failure, always on, or off.
 
 Env overrides (``env.key=value``) let collect and eval run on a variation of the training task (e.g.
@@ -14,6 +14,7 @@ an out-of-distribution camera or object pose through the simulators' variation h
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,8 +32,6 @@ log = logging.getLogger(__name__)
 
 
 def _env_cfg(checkpoint: str, overrides: list[str], num_envs: int | None) -> Any:
-    import dataclasses
-
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.config import apply_overrides, from_dict
     from robo_rl.runners.config import TrainConfig
@@ -106,18 +105,49 @@ def _batch(data: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, Any]:
     return obs
 
 
+@torch.no_grad()
+def _pooled(model: Any, data: dict[str, np.ndarray], chunk: int = 64) -> torch.Tensor:
+    """(N, F) pooled prefix features of every logged call (the frozen VLA's, computed once)."""
+    n = len(data["rtg"])
+    return torch.cat([model.base.prefix(_batch(data, np.arange(s, min(n, s + chunk))))[0].pooled.float()
+                      for s in range(0, n, chunk)])
+
+
+def _fit_features(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, idx: np.ndarray, loss_fn: Any, steps: int,
+                  lr: float, rng: np.random.Generator, batch_size: int = 256) -> None:
+    """Minibatch Adam on cached features: ``net(x[i]) ~ y[i]`` over rows ``idx``."""
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    for _ in range(steps):
+        b = torch.from_numpy(rng.choice(idx, size=min(batch_size, len(idx)), replace=False))
+        loss = loss_fn(net(x[b]), y[b])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
+def _explained_variance(pred: torch.Tensor, y: torch.Tensor) -> float:
+    return float(1.0 - (y - pred).var() / y.var().clamp_min(1e-12)) if y.numel() > 1 else float("nan")
+
+
 def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
-        val_fraction: float = 0.2, seed: int = 0, **steering: Any) -> dict[str, Any]:
-    """Train the steering head and the failure predictor on a collected log; save them to ``out``."""
+        val_fraction: float = 0.2, seed: int = 0, tau: float | str = 0.5, **steering: Any) -> dict[str, Any]:
+    """Train the steering head and the failure predictor on a collected log; save them to ``out``.
+
+    The failure predictor (and, with ``advantage="value"``, the value baseline) learn on the pooled prefix
+    features, computed once; the velocity head then learns by advantage-weighted flow matching. Episodes
+    are split into train / held-out; ``tau="auto"`` sets the gate at the held-out Youden-optimal threshold.
+    """
     from safetensors.torch import save_file
 
-    from robo_rl.algorithms.rl2 import SteeringConfig, auroc
+    from robo_rl.algorithms.rl2 import SteeringConfig, ValueBaseline, auroc, youden_threshold
     from vla.pi0.steer import SteeredPi0Policy
 
     if not Path(log_path).is_file():
         raise ConfigError(f"steering log '{log_path}' does not exist; write one with 'robo-rl steer collect'")
+    if tau != "auto" and not isinstance(tau, (int, float)):
+        raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
     data = dict(np.load(log_path))
-    cfg = SteeringConfig(**steering)
+    cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), **steering)
     model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
@@ -125,33 +155,49 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
     val_eps = set(rng.permutation(eps)[: max(1, int(round(len(eps) * val_fraction)))].tolist()) if len(eps) > 1 else set()
     is_val = np.array([e in val_eps for e in data["episode"]])
     train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
-    rtg = torch.from_numpy(data["rtg"])
-    adv = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
     failed = torch.from_numpy(data["failed"].astype(np.float32))
-    opt = torch.optim.Adam(list(model.head.parameters()) + list(model.fail.parameters()), lr=lr)
-    bce = torch.nn.BCEWithLogitsLoss()
+    rtg = torch.from_numpy(data["rtg"])
+    ret = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
+
+    pooled = _pooled(model, data)
+    _fit_features(model.fail, pooled, failed, train_idx, torch.nn.BCEWithLogitsLoss(), steps, lr, rng)
+    value_ev: dict[str, float] = {}
+    if cfg.advantage == "value":
+        value = ValueBaseline(pooled.shape[1], cfg.hidden)
+        _fit_features(value, pooled, ret, train_idx, torch.nn.MSELoss(), steps, lr, rng)
+        with torch.no_grad():
+            v = value(pooled)
+        value_ev = {"value_ev_train": _explained_variance(v[train_idx], ret[train_idx]),
+                    "value_ev_val": _explained_variance(v[val_idx], ret[val_idx]) if len(val_idx) else float("nan")}
+        adv = ret - v
+    else:
+        adv = ret
+    adv = adv / (adv[train_idx].std() + 1e-6)
+
+    opt = torch.optim.Adam(model.head.parameters(), lr=lr)
     for step in range(steps):
         idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
-        obs = _batch(data, idx)
-        with torch.no_grad():
-            pooled = model.base.prefix(obs)[0].pooled
-        loss_v = model.steering_loss(obs, torch.from_numpy(data["actions"][idx]), adv[idx])
-        loss_f = bce(model.fail(pooled), failed[idx])
+        loss_v = model.steering_loss(_batch(data, idx), torch.from_numpy(data["actions"][idx]), adv[idx])
         opt.zero_grad(set_to_none=True)
-        (loss_v + loss_f).backward()
+        loss_v.backward()
         opt.step()
         if step % 100 == 0:
-            log.info("steer fit step %d: velocity %.4f, failure %.4f", step, float(loss_v), float(loss_f))
+            log.info("steer fit step %d: velocity %.4f", step, float(loss_v))
 
-    @torch.no_grad()
-    def scores(idx: np.ndarray) -> torch.Tensor:
-        return torch.cat([model.fail(model.base.prefix(_batch(data, idx[s:s + 64]))[0].pooled)
-                          for s in range(0, len(idx), 64)]) if len(idx) else torch.zeros(0)
-
+    with torch.no_grad():
+        scores = model.fail(pooled)
     summary = {"base": str(checkpoint), "log": str(log_path), "steps": steps, "calls": int(len(data["rtg"])),
-               "failure_rate": float(failed.mean()), "auroc_train": auroc(scores(train_idx), failed[train_idx]),
-               "auroc_val": auroc(scores(val_idx), failed[val_idx]) if len(val_idx) else float("nan"),
-               "config": cfg.__dict__}
+               "failure_rate": float(failed.mean()), "auroc_train": auroc(scores[train_idx], failed[train_idx]),
+               "auroc_val": auroc(scores[val_idx], failed[val_idx]) if len(val_idx) else float("nan"), **value_ev}
+    if tau == "auto":
+        cut = youden_threshold(torch.sigmoid(scores[val_idx if len(val_idx) else train_idx]),
+                               failed[val_idx if len(val_idx) else train_idx])
+        if cut != cut:  # nan: one class only
+            raise ConfigError(f"steer fit --tau auto: the log '{log_path}' has only "
+                              f"{'failed' if bool(failed.all()) else 'successful'} episodes; pass a fixed --tau")
+        cfg = dataclasses.replace(cfg, tau=cut)
+        model.cfg = cfg
+    summary["config"] = cfg.__dict__
     target = Path(out)
     if target.exists() and not (target / "steering.json").is_file():
         raise ConfigError(f"'{target}' exists and is not a steering directory; choose another --out")
@@ -170,8 +216,6 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
 
 def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None) -> Any:
     """The base policy with the saved heads (``tau`` overrides the saved gate threshold)."""
-    import dataclasses
-
     from safetensors.torch import load_file
 
     from robo_rl.algorithms.rl2 import SteeringConfig
@@ -180,7 +224,9 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None) -
     meta_path = Path(steering_dir) / "steering.json"
     if not meta_path.is_file():
         raise ConfigError(f"'{steering_dir}' is not a steering directory (no steering.json); write one with 'robo-rl steer fit'")
-    cfg = SteeringConfig(**json.loads(meta_path.read_text())["config"])
+    saved = json.loads(meta_path.read_text())["config"]
+    saved.setdefault("baseline", False)  # written before the advantage-shift head: one plain head
+    cfg = SteeringConfig(**saved)
     if tau is not None:
         cfg = dataclasses.replace(cfg, tau=tau)
     model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)

@@ -15,6 +15,7 @@ from torch import nn
 
 from robo_rl.algorithms.rl2 import (
     FailurePredictor,
+    ShiftHead,
     SteeringConfig,
     VelocityHead,
     advantage_weights,
@@ -34,7 +35,8 @@ class SteeredPi0Policy(nn.Module):
         self.base = base.eval().requires_grad_(False)
         self.cfg = cfg
         arch = base.model.arch
-        self.head = VelocityHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden)
+        head_cls = ShiftHead if cfg.baseline else VelocityHead
+        self.head = head_cls(arch.max_action_dim, arch.expert_hidden, cfg.hidden)
         self.fail = FailurePredictor(arch.lm_hidden, cfg.hidden)
         self.rows_seen = 0  # env rows acted for, and how many of them were steered (g = 1)
         self.rows_steered = 0
@@ -66,7 +68,8 @@ class SteeredPi0Policy(nn.Module):
     def steering_loss(self, obs: dict[str, Any], actions: torch.Tensor, advantages: torch.Tensor,
                       valid: torch.Tensor | None = None) -> torch.Tensor:
         """Advantage-weighted flow matching of the composed velocity on logged chunks ``actions``
-        (B, T', A) in env units (``valid`` (B, T') marks real steps), advantages (B,)."""
+        (B, T', A) in env units (``valid`` (B, T') marks real steps), advantages (B,). With a
+        ``ShiftHead`` both parts are fit on the same samples: h_w weighted, h_1 unweighted."""
         base, arch = self.base, self.base.model.arch
         with torch.no_grad():
             pre, state = base.prefix(obs)
@@ -81,6 +84,10 @@ class SteeredPi0Policy(nn.Module):
             x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
             v_vla, z = base.model.velocity(pre, state, x_t, t)
         w = advantage_weights(torch.as_tensor(advantages, device=state.device), self.cfg.temperature, self.cfg.max_weight)
+        if isinstance(self.head, ShiftHead):
+            return (awfm_loss(v_vla, self.head.weighted(x_t, t, z), noise, target, w, mask, self.cfg.beta)
+                    + awfm_loss(v_vla, self.head.reference(x_t, t, z), noise, target, torch.ones_like(w), mask,
+                                self.cfg.beta))
         return awfm_loss(v_vla, self.head(x_t, t, z), noise, target, w, mask, self.cfg.beta)
 
     def reset(self, env_ids: Any = None) -> None:
