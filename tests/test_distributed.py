@@ -8,8 +8,10 @@ import os
 import signal
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO, run_cli
 
@@ -53,29 +55,42 @@ def _cfg(tmp_path, *overrides):
                        ["env.num_envs=4", *FAST, f"run.out_dir={tmp_path}", *overrides])
 
 
-def test_ppo_on_two_worker_nodes_survives_a_killed_worker(need_maniskill, cluster, tmp_path):
-    import csv
-
+def _train_killing_at_iteration_3(cfg, victim, before_kill=None):
+    """Train ``cfg`` on the cluster, SIGKILLing the process ``victim(trainer)`` once at iteration 3;
+    (summary, killed pids)."""
     from robo_rl.runners.train import Trainer, make_run_dir
 
-    cfg = _cfg(tmp_path, f"cluster.address={cluster}", "cluster.num_workers=2", "run.total_env_steps=640",
-               "run.name=ray")
     killed: list[int] = []
-    nodes: set[str] = set()
 
-    def kill_one(row):
-        if row["iteration"] == 3 and not killed:  # lose a node's worker process mid-run
-            nodes.update(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU"))
-            pid = trainer.env.worker_pids()[1]
+    def kill(row):
+        if row["iteration"] == 3 and not killed:
+            if before_kill is not None:
+                before_kill()
+            pid = victim(trainer)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
         return False
 
-    trainer = Trainer(cfg, make_run_dir(cfg), on_iteration=kill_one)
+    trainer = Trainer(cfg, make_run_dir(cfg), on_iteration=kill)
     try:
-        summary = trainer.run()
+        return trainer.run(), killed
     finally:
         ray.shutdown()
+
+
+def test_ppo_on_two_worker_nodes_survives_a_killed_worker(need_maniskill, cluster, tmp_path):
+    import csv
+
+    from robo_rl.runners.train import resume
+
+    cfg = _cfg(tmp_path, f"cluster.address={cluster}", "cluster.num_workers=2", "run.total_env_steps=640",
+               "run.name=ray", "run.reward_norm=true")
+    nodes: set[str] = set()
+
+    def note_nodes():  # lose a node's worker process mid-run
+        nodes.update(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU"))
+
+    summary, killed = _train_killing_at_iteration_3(cfg, lambda t: t.env.worker_pids()[1], note_nodes)
     assert len(nodes) == 2  # two worker nodes (the head has no CPUs to host workers)
     assert killed and summary["env_steps"] >= 640 and summary["stop_reason"] == "total_env_steps"
     assert summary["worker_restarts"] == 1
@@ -86,6 +101,23 @@ def test_ppo_on_two_worker_nodes_survives_a_killed_worker(need_maniskill, cluste
     assert (tmp_path / "ray" / "checkpoints").is_dir()
     proc = run_cli("eval", str(tmp_path / "ray"), "--episodes", "2", "--num-envs", "2", "--no-video")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # each worker's reward scaler is in it, and a resumed run continues from those statistics
+    scalers = _scalers(tmp_path / "ray")
+    assert len(scalers) == 2 and not torch.equal(scalers[0]["var"], scalers[1]["var"])
+    per_iter = int(rows[1]["env_steps"]) - int(rows[0]["env_steps"])
+    try:
+        resume(tmp_path / "ray", [f"run.total_env_steps={summary['env_steps'] + per_iter}"])
+    finally:
+        ray.shutdown()
+    after = _scalers(tmp_path / "ray")
+    steps_per_worker = per_iter // 2
+    assert [int(a["count"]) - int(b["count"]) for a, b in zip(after, scalers)] == [steps_per_worker] * 2
+
+
+def _scalers(run: Path) -> list[dict]:
+    from robo_rl import checkpoint as ckpt_io
+
+    return ckpt_io.load_trainer_state(ckpt_io.resolve(str(run)))["reward_scaler"]["workers"]
 
 
 def test_ddp_learners_survive_a_killed_learner(need_maniskill, cluster, tmp_path):
@@ -93,24 +125,11 @@ def test_ddp_learners_survive_a_killed_learner(need_maniskill, cluster, tmp_path
     mid-run, the group restarts from the driver's weights and the run finishes; the checkpoint holds
     the gathered optimizer state and resumes."""
     from robo_rl import checkpoint as ckpt_io
-    from robo_rl.runners.train import Trainer, make_run_dir, resume
+    from robo_rl.runners.train import resume
 
     cfg = _cfg(tmp_path, f"cluster.address={cluster}", "cluster.num_workers=2", "cluster.num_learners=2",
                "cluster.cpus_per_learner=0", "run.total_env_steps=640", "run.name=ddp")
-    killed: list[int] = []
-
-    def kill_learner(row):
-        if row["iteration"] == 3 and not killed:
-            pid = trainer.algo.pids()[1]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        return False
-
-    trainer = Trainer(cfg, make_run_dir(cfg), on_iteration=kill_learner)
-    try:
-        summary = trainer.run()
-    finally:
-        ray.shutdown()
+    summary, killed = _train_killing_at_iteration_3(cfg, lambda t: t.algo.pids()[1])
     assert killed and summary["learner_restarts"] == 1 and summary["stop_reason"] == "total_env_steps"
     assert summary["iterations"] >= 10
     ts = ckpt_io.load_trainer_state(ckpt_io.resolve(tmp_path / "ddp"))

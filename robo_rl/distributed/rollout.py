@@ -68,6 +68,15 @@ class RolloutWorker:
     def set_weights(self, state: dict[str, torch.Tensor]) -> None:
         self.policy.load_state_dict(state)
 
+    def scaler_state(self) -> dict[str, Any] | None:
+        """This worker's reward-scaler statistics (None without ``run.reward_norm``)."""
+        scaler = self.collector.reward_scaler
+        return scaler.state_dict() if scaler is not None else None
+
+    def load_scaler_state(self, state: dict[str, Any] | None) -> None:
+        if self.collector.reward_scaler is not None and state is not None:
+            self.collector.reward_scaler.load_state_dict(state)
+
     def collect(self) -> tuple[Any, int, list[tuple[float, int, float]], int]:
         """(batch, env steps, episodes finished since the last call as (return, length, success), restarts
         of this worker's env subprocesses)."""
@@ -93,6 +102,29 @@ def preflight(cfg: Any) -> None:
     check_resources(connect(cc.address, cc.connect_timeout_s), cc)
 
 
+class WorkerScalers:
+    """The workers' reward scalers (``run.reward_norm``: one per worker, each over its own envs' returns),
+    seen by the trainer as one scaler: ``state_dict()`` gathers them into the learner's checkpoint,
+    ``load_state_dict()`` hands each worker its own back (a single-process checkpoint's one scaler goes to
+    every worker; another worker count reuses the saved ones in turn). A replaced worker starts from the
+    state of the last gather or load."""
+
+    def __init__(self, rollouts: RayRollouts) -> None:
+        self.rollouts = rollouts
+        self.states: list[Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        ro = self.rollouts
+        self.states = ro._get([w.scaler_state.remote() for w in ro.workers], "scaler_state")
+        return {"workers": self.states}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ro = self.rollouts
+        saved = state["workers"] if "workers" in state else [state]
+        self.states = [saved[k % len(saved)] for k in range(len(ro.workers))]
+        ro._get([w.load_scaler_state.remote(s) for w, s in zip(ro.workers, self.states)], "load_scaler_state")
+
+
 class RayRollouts:
     """The rollout source of ``Trainer`` on a Ray cluster (same interface as ``Collector``)."""
 
@@ -105,7 +137,7 @@ class RayRollouts:
         check_resources(self.ray, cc)
         self.num_envs = cfg.env.num_envs
         self.stats = EpisodeStats(self.num_envs)
-        self.reward_scaler = None  # per worker (not checkpointed)
+        self.reward_scaler = WorkerScalers(self) if cfg.run.reward_norm else None
         self.restarts = 0  # replaced Ray workers
         self.env_restarts: list[int] = [0] * cc.num_workers
         self.workers: list[Any] = []
@@ -181,6 +213,8 @@ class RayRollouts:
         calls = [self.workers[k].reset.remote((self._seed or 0) + self.offsets[k] + 1000 * self.restarts)]
         if self._weights is not None:
             calls.append(self.workers[k].set_weights.remote(self._weights))
+        if self.reward_scaler is not None and self.reward_scaler.states is not None:
+            calls.append(self.workers[k].load_scaler_state.remote(self.reward_scaler.states[k]))
         self.ray.get(calls)
 
     def _get(self, refs: list[Any], method: str) -> list[Any]:
@@ -194,8 +228,8 @@ class RayRollouts:
                     out.append(self.ray.get(ref))
                     break
                 except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
-                    self._replace(k, type(err).__name__)  # the new worker is reset and holds the last weights
-                    if method == "set_weights":
+                    self._replace(k, type(err).__name__)  # the new worker is reset, holds the last weights and scaler
+                    if method in ("set_weights", "load_scaler_state"):
                         out.append(None)
                         break
                     ref = getattr(self.workers[k], method).remote(*([self._seed + self.offsets[k]] if method == "reset" else []))

@@ -21,11 +21,19 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
-        b_mean, b_var, b_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
-        delta = b_mean - self.mean
-        tot = self.count + b_count
-        self.mean += delta * b_count / tot
-        m2 = self.var * self.count + b_var * b_count + delta.pow(2) * self.count * b_count / tot
+        self._combine(x.mean(0), x.var(0, unbiased=False), torch.tensor(float(x.shape[0]), dtype=torch.float64))
+
+    @torch.no_grad()
+    def merge(self, other: RunningMeanStd) -> None:
+        """Fold another tracker's statistics in (as if its samples had been seen here too)."""
+        self._combine(other.mean, other.var, other.count)
+
+    def _combine(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
+        """Chan et al.'s parallel update with a batch of ``count`` samples of ``mean`` / ``var``."""
+        delta = mean - self.mean
+        tot = self.count + count
+        m2 = self.var * self.count + var * count + delta.pow(2) * self.count * count / tot
+        self.mean += delta * count / tot
         self.var.copy_(m2 / tot)
         self.count.copy_(tot)
 
@@ -53,4 +61,15 @@ class ReturnScaler:
         return {k: v.clone() for k, v in self.stats.state_dict().items()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.stats.load_state_dict(state)
+        """Its own ``state_dict()``, or a Ray run's ``{"workers": [...]}`` (merged into one)."""
+        if "workers" not in state:
+            self.stats.load_state_dict(state)
+            return
+        parts = [w for w in state["workers"] if w is not None]
+        if not parts:
+            return
+        self.stats.load_state_dict(parts[0])
+        for w in parts[1:]:
+            other = RunningMeanStd(())
+            other.load_state_dict(w)
+            self.stats.merge(other)
