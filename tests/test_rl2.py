@@ -5,11 +5,18 @@ the head; AUROC is right on known cases."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-import pytest
-
-from robo_rl.algorithms.rl2 import ShiftHead, SteeringConfig, VelocityHead, advantage_weights, auroc, compose, youden_threshold
+from robo_rl.algorithms.rl2 import (
+    ShiftHead,
+    SteeringConfig,
+    VelocityHead,
+    advantage_weights,
+    auroc,
+    compose,
+    youden_threshold,
+)
 from robo_rl.contracts import ArraySpec
 from vla.pi0.policy import Pi0Policy, Pi0PolicyConfig
 from vla.pi0.steer import SteeredPi0Policy
