@@ -156,6 +156,10 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
     is_val = np.array([e in val_eps for e in data["episode"]])
     train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
     failed = torch.from_numpy(data["failed"].astype(np.float32))
+    calib = val_idx if len(val_idx) else train_idx  # the rows tau="auto" is chosen on
+    if tau == "auto" and failed[calib].min() == failed[calib].max():
+        raise ConfigError(f"steer fit --tau auto: the held-out episodes of '{log_path}' are all "
+                          f"{'failures' if bool(failed[calib][0]) else 'successes'}; pass a fixed --tau or log more episodes")
     rtg = torch.from_numpy(data["rtg"])
     ret = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
 
@@ -190,12 +194,7 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
                "failure_rate": float(failed.mean()), "auroc_train": auroc(scores[train_idx], failed[train_idx]),
                "auroc_val": auroc(scores[val_idx], failed[val_idx]) if len(val_idx) else float("nan"), **value_ev}
     if tau == "auto":
-        cut = youden_threshold(torch.sigmoid(scores[val_idx if len(val_idx) else train_idx]),
-                               failed[val_idx if len(val_idx) else train_idx])
-        if cut != cut:  # nan: one class only
-            raise ConfigError(f"steer fit --tau auto: the log '{log_path}' has only "
-                              f"{'failed' if bool(failed.all()) else 'successful'} episodes; pass a fixed --tau")
-        cfg = dataclasses.replace(cfg, tau=cut)
+        cfg = dataclasses.replace(cfg, tau=youden_threshold(torch.sigmoid(scores[calib]), failed[calib]))
         model.cfg = cfg
     summary["config"] = cfg.__dict__
     target = Path(out)
