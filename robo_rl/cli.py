@@ -303,10 +303,11 @@ def cmd_steer(args: argparse.Namespace) -> int:
         out = steer.collect(args.checkpoint, args.episodes, args.out, args.num_envs, args.seed or 0, args.overrides)
     elif args.steer_command == "fit":
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
-                        baseline=not args.no_baseline, advantage=args.advantage)
+                        baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
-                             10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau)
+                             10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
+                             beta=args.beta)
     print(json.dumps(out, indent=2))
     return 0
 
@@ -429,6 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="gate threshold on p_fail, or 'auto' (the held-out Youden-optimal threshold)")
     sf.add_argument("--advantage", choices=["value", "return"], default="value",
                     help="return-to-go minus a fitted value baseline (default), or the standardized return-to-go")
+    sf.add_argument("--temperature", type=float, default=1.0,
+                    help="advantage temperature T of the weights exp(A / T) (advantages are standardized; lower = sharper)")
     sf.add_argument("--no-baseline", action="store_true",
                     help="one head fit to the logged chunks' flow (not only the advantage shift)")
     se = ssub.add_parser("eval", help="success of the base policy with steering gated / always on / off")
@@ -437,6 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--episodes", type=int, default=100)
     se.add_argument("--mode", choices=["gated", "always", "off"], default="gated")
     se.add_argument("--tau", type=float, default=None, help="with --mode gated: the gate threshold (default: the fitted one)")
+    se.add_argument("--beta", type=float, default=None,
+                    help="steering scale (default: the fitted one; > 1 extrapolates the advantage shift, like guidance)")
     for q in (sc, se):
         q.add_argument("--num-envs", type=int, default=None)
         q.add_argument("--seed", type=int, default=None)

@@ -136,16 +136,19 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "auroc_train" in json.loads(proc.stdout)
     # 4 episodes: the held-out split is one episode, one class: --tau auto is refused before any training
-    for tau, fragment in (("auto", "held-out episodes"), ("1.5", "not a probability")):
-        proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "auto"),
-                       "--tau", tau)
+    for bad, fragment in ((["--tau", "auto"], "held-out episodes"), (["--tau", "1.5"], "not a probability"),
+                          (["--temperature", "0"], "temperature must be > 0")):
+        proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "auto"), *bad)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "auto").exists()
-    for mode, extra, steered in (("gated", [], None), ("off", [], 0.0), ("gated", ["--tau", "0"], 1.0)):
+    for mode, extra, steered, beta in (("gated", [], None, 1.0), ("off", [], 0.0, 1.0),
+                                       ("gated", ["--tau", "0", "--beta", "2.5"], 1.0, 2.5)):
         proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
                        "--episodes", "2", "--num-envs", "2", "--mode", mode, *extra)
         assert proc.returncode == 0, proc.stderr[-3000:]
         res = json.loads(proc.stdout)
-        assert res["episodes"] == 2 and (steered is None or res["steered_fraction"] == steered)
+        assert res["episodes"] == 2 and (steered is None or res["steered_fraction"] == steered) and res["beta"] == beta
+    proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"), "--beta", "0")
+    assert proc.returncode == 2 and "steering scale" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr

@@ -57,6 +57,8 @@ class SteeringConfig:
     def __post_init__(self) -> None:
         if self.advantage not in ("value", "return"):
             raise ValueError(f"SteeringConfig.advantage={self.advantage!r}; choose 'value' or 'return'")
+        if not self.temperature > 0:
+            raise ValueError(f"SteeringConfig.temperature={self.temperature}: the advantage temperature must be > 0")
 
 
 class VelocityHead(nn.Module):

@@ -147,7 +147,10 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
     if tau != "auto" and not isinstance(tau, (int, float)):
         raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
     data = dict(np.load(log_path))
-    cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), **steering)
+    try:
+        cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), **steering)
+    except ValueError as err:
+        raise ConfigError(f"steer fit: {err}") from None
     model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
@@ -213,8 +216,9 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
     return summary
 
 
-def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None) -> Any:
-    """The base policy with the saved heads (``tau`` overrides the saved gate threshold)."""
+def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, beta: float | None = None) -> Any:
+    """The base policy with the saved heads (``tau`` overrides the saved gate threshold, ``beta`` the
+    steering scale: beta > the fitted one extrapolates the advantage shift, as guidance does)."""
     from safetensors.torch import load_file
 
     from robo_rl.algorithms.rl2 import SteeringConfig
@@ -228,6 +232,8 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None) -
     cfg = SteeringConfig(**saved)
     if tau is not None:
         cfg = dataclasses.replace(cfg, tau=tau)
+    if beta is not None:
+        cfg = dataclasses.replace(cfg, beta=beta)
     model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
     state = load_file(str(Path(steering_dir) / "heads.safetensors"))
     model.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
@@ -236,8 +242,10 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None) -
 
 
 def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gated", seed: int = 10_000,
-             num_envs: int | None = None, overrides: list[str] | None = None, tau: float | None = None) -> dict[str, Any]:
-    """Success of the steered policy: ``gated`` (the saved tau, or ``tau``), ``always`` or ``off``."""
+             num_envs: int | None = None, overrides: list[str] | None = None, tau: float | None = None,
+             beta: float | None = None) -> dict[str, Any]:
+    """Success of the steered policy: ``gated`` (the saved tau, or ``tau``), ``always`` or ``off``;
+    ``beta`` overrides the fitted steering scale."""
     from robo_rl.runners.evaluate import evaluate_policy
 
     taus = {"gated": tau, "always": -1.0, "off": 2.0}
@@ -245,11 +253,13 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
         raise ConfigError(f"steer eval --mode {mode!r}; choose one of {', '.join(taus)}")
     if tau is not None and (mode != "gated" or not 0.0 <= tau <= 1.0):
         raise ConfigError(f"steer eval --tau {tau}: a probability in [0, 1], and only with --mode gated")
-    model = load_steered(checkpoint, steering_dir, taus[mode])
+    if beta is not None and not (beta > 0 and np.isfinite(beta)):
+        raise ConfigError(f"steer eval --beta {beta}: the steering scale must be a finite number > 0 (use --mode off for none)")
+    model = load_steered(checkpoint, steering_dir, taus[mode], beta)
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
     try:
         res = evaluate_policy(env, model, episodes, seed=seed, deterministic=True)
     finally:
         env.close()
-    return {"mode": mode, "tau": model.cfg.tau, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
+    return {"mode": mode, "tau": model.cfg.tau, "beta": model.cfg.beta, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
             **res.as_dict()}
