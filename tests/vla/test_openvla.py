@@ -63,8 +63,9 @@ def test_norm_stats_errors_name_the_key():
         NormStats.from_norm_stats({**stats, "other": stats["bridge_orig"]}, None)
 
 
-def test_decode_log_probs_equal_teacher_forced_evaluate():
-    p = _policy(temperature=0.8)
+@pytest.mark.parametrize("arch", ["tiny", "small"])
+def test_decode_log_probs_equal_teacher_forced_evaluate(arch):
+    p = _policy(temperature=0.8, arch=arch)
     obs = _obs()
     with torch.no_grad():
         out = p.act(obs)

@@ -54,6 +54,10 @@ class VLAArch:
 ARCH_PRESETS: dict[str, VLAArch] = {
     # Random-init model for tests: 32 px SigLIP (16 patches), 2-layer Llama, 512-token vocabulary.
     "tiny": VLAArch(VisionArch("siglip", 32, 8, 64, 2, 2, 128), LLMArch(), "gelu-mlp", 256, 7),
+    # Random-init model that trains on 2 CPU cores (the counterpart of pi0's "small"): 128 px SigLIP
+    # (16 patches of 32 px, 2 layers x 128), 3-layer 128-wide Llama over the byte vocabulary + 256 action ids.
+    "small": VLAArch(VisionArch("siglip", 128, 32, 128, 2, 4, 256),
+                     LLMArch(128, 3, 4, 2, 384, 512, 512), "gelu-mlp", 256, 7),
     # OpenVLA-7B's shapes (prism-dinosiglip-224px + Llama-2-7B), for dry runs and GPU benchmarks.
     "openvla-7b": VLAArch(VisionArch("dinosiglip", 224, 14, 1024, 24, 16, 4096, 1152, 27, 16, 4304),
                           LLMArch(4096, 32, 32, 32, 11008, 32064, 32000, 10000.0, 2048, 1e-6, False, 1, 32000),
