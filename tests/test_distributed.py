@@ -22,10 +22,27 @@ FAST = ["policy.hidden=[32,32]", "run.rollout_steps=16", "run.eval_every_steps=0
         "run.progress=false", "run.video=false"]
 
 
+# Ports `ray start` claims for itself by default (client server, dashboard, dashboard agent, worker range): a
+# GCS port that lands on one of them makes `ray start` refuse ("used by other components"), as CI once drew 52365.
+_RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and outside Ray's default port set and worker range (10002-19999)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _RAY_DEFAULT_PORTS and not 10002 <= port <= 19999:
+            return port
+
+
+def _start(cmd: list[str], env: dict) -> None:
+    """Run a launch/ script; on failure, fail with its stderr (the reason) rather than a bare exit status."""
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: " + " | ".join(tail))
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +54,9 @@ def cluster():
            "RAY_WORKER_EXTRA": "--node-ip-address=127.0.0.1 --object-store-memory=150000000"}
     addr = f"127.0.0.1:{port}"
     try:
-        subprocess.run([str(REPO / "launch" / "ray_head.sh"), str(port), "0"], env=env, check=True,
-                       capture_output=True, timeout=180)
+        _start([str(REPO / "launch" / "ray_head.sh"), str(port), "0"], env)
         for _ in range(2):
-            subprocess.run([str(REPO / "launch" / "ray_worker.sh"), addr, "1"], env=env, check=True,
-                           capture_output=True, timeout=180)
+            _start([str(REPO / "launch" / "ray_worker.sh"), addr, "1"], env)
         yield addr
     finally:
         subprocess.run([str(REPO / ".venv" / "bin" / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
