@@ -72,8 +72,9 @@ class BC:
     def loss(self, obs: dict[str, Any], actions: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean NLL, mean entropy) of expert actions (B, A), or chunks (B, H, A) with ``valid`` (B, H),
         given obs (B, ...)."""
-        if hasattr(self.policy, "imitation_loss"):
-            return self.policy.imitation_loss(obs, actions, valid), torch.zeros(())
+        if hasattr(self.policy, "imitation_loss"):  # its own objective: a loss, or (loss, entropy)
+            out = self.policy.imitation_loss(obs, actions, valid)
+            return out if isinstance(out, tuple) else (out, torch.zeros(()))
         extras = self.policy.extras_for_actions(obs, actions)
         log_prob, entropy, _ = self.policy.evaluate(obs, extras)
         return -log_prob.mean(), entropy.mean()

@@ -63,19 +63,51 @@ def test_norm_stats_errors_name_the_key():
         NormStats.from_norm_stats({**stats, "other": stats["bridge_orig"]}, None)
 
 
-@pytest.mark.parametrize("arch", ["tiny", "small"])
-def test_decode_log_probs_equal_teacher_forced_evaluate(arch):
-    p = _policy(temperature=0.8, arch=arch)
+@pytest.mark.parametrize("arch,chunk,exec_steps,shape", [("tiny", 1, None, (4, 7)), ("small", 1, None, (4, 7)),
+                                                         ("tiny", 4, 2, (4, 2, 7)), ("small", 3, None, (4, 3, 7))])
+def test_decode_log_probs_equal_teacher_forced_evaluate(arch, chunk, exec_steps, shape):
+    p = _policy(temperature=0.8, arch=arch, chunk=chunk, exec_steps=exec_steps)
     obs = _obs()
     with torch.no_grad():
         out = p.act(obs)
         lp, ent, v = p.evaluate(obs, out.extras)
         v2 = p.value(obs)
-    assert out.actions.shape == (4, 7) and out.extras["action_index"].shape == (4, 7)
+    n_tok = int(np.prod(shape[1:]))  # only the executed actions' tokens are decoded and scored
+    assert out.actions.shape == shape and out.extras["action_index"].shape == (4, n_tok)
     torch.testing.assert_close(lp, out.log_prob, atol=1e-5, rtol=0)
     torch.testing.assert_close(v, out.value, atol=1e-5, rtol=0)
     torch.testing.assert_close(v2, out.value, atol=1e-5, rtol=0)
-    assert torch.all(ent > 0) and torch.all(ent <= 7 * np.log(256) + 1e-4)
+    assert torch.all(ent > 0) and torch.all(ent <= n_tok * np.log(256) + 1e-4)
+    # the actions are the stored tokens, time-major: action t's A tokens are tokens t*A .. t*A+A-1
+    torch.testing.assert_close(out.actions.reshape(4, -1, 7),
+                               p._unnormalize(out.extras["action_index"].reshape(4, -1, 7)), atol=0, rtol=0)
+
+
+def test_chunk_bc_masks_steps_past_the_episode_and_fits_the_chunk():
+    p = _policy(chunk=3)
+    obs = _obs(8)
+    tobs = {"rgb": torch.from_numpy(obs["rgb"]), "instruction": obs["instruction"]}
+    rng = np.random.default_rng(4)
+    expert = torch.from_numpy(rng.uniform(-0.9, 0.9, (8, 3, 7)).astype(np.float32))
+    valid = torch.ones(8, 3, dtype=torch.bool)
+    valid[::2, 2] = False  # the episode ended after two steps for half the rows
+    other = expert.clone()
+    other[~valid] = torch.from_numpy(rng.uniform(-0.9, 0.9, (int((~valid).sum()), 7)).astype(np.float32))
+    algo = BC(BCConfig(dataset="unused.h5", lr=3e-3), p)
+    with torch.no_grad():  # what lies past the end does not count ...
+        torch.testing.assert_close(algo.loss(tobs, expert, valid)[0], algo.loss(tobs, other, valid)[0])
+        # ... and a row's NLL sums its valid tokens: with everything valid the loss is larger
+        assert float(algo.loss(tobs, other, torch.ones_like(valid))[0]) > float(algo.loss(tobs, expert, valid)[0])
+    p.train()
+    first = algo.update((tobs, expert, valid))["nll"]
+    for _ in range(80):
+        last = algo.update((tobs, expert, valid))["nll"]
+    assert last < 0.2 * first
+    p.eval()
+    with torch.no_grad():
+        greedy = p.act(tobs, deterministic=True).actions
+    assert greedy.shape == (8, 3, 7)
+    assert float((greedy - expert)[valid].abs().max()) <= 2 / 255 + 1e-5
 
 
 def test_batched_decode_equals_per_env_decode():
@@ -157,6 +189,10 @@ def test_bad_inputs_fail_clearly():
         OpenVLAPolicy(OpenVLAConfig(), {"state": ArraySpec((9,), "float32")}, SPEC)
     with pytest.raises(ConfigError, match="not a preset"):
         OpenVLAConfig(arch="huge")
+    with pytest.raises(ConfigError, match=r"policy.exec_steps' = 5 must be in \[1, policy.chunk = 4\]"):
+        OpenVLAConfig(chunk=4, exec_steps=5)
+    with pytest.raises(ConfigError, match="policy.chunk' = 0"):
+        OpenVLAConfig(chunk=0)
 
 
 def test_lora_trains_adapters_only_and_saves_merged(tmp_path):

@@ -32,18 +32,23 @@ def _dist_terms(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor,
 
 def batch_decode(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                  temperature: float = 1.0, greedy: bool = False,
-                 generator: torch.Generator | None = None, extra: torch.Tensor | None = None) -> DecodeOutput:
-    """Decode ``action_dim`` tokens for all B rows in one batched pass per token (prefix once, then
-    one cached step per token). pixels (B, C, H, W); prompt_ids/mask (B, L); extra (B, K, D) or None."""
+                 generator: torch.Generator | None = None, extra: torch.Tensor | None = None,
+                 n_tokens: int | None = None) -> DecodeOutput:
+    """Decode ``n_tokens`` action tokens (default ``action_dim``: one action; E x A for a chunk of E
+    actions) for all B rows in one batched pass per token (prefix once, then one cached step per token).
+    pixels (B, C, H, W); prompt_ids/mask (B, L); extra (B, K, D) or None. Output tensors (B, n_tokens)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature}); use greedy=True for argmax decoding")
+    n_tokens = model.arch.action_dim if n_tokens is None else n_tokens
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens must be >= 1 (got {n_tokens})")
     embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask, extra)
     hidden, cache = model.backbone(embeds, mask, pos, use_cache=True)
     last = hidden[:, -1]
     prefix_hidden = last
     next_pos = pos[:, -1:] + 1
     idx, logps, ents = [], [], []
-    for step in range(model.arch.action_dim):
+    for step in range(n_tokens):
         logp, ent = _dist_terms(model.action_logits(last), temperature)
         if greedy:
             k = logp.argmax(-1)
@@ -52,7 +57,7 @@ def batch_decode(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Te
         idx.append(k)
         logps.append(logp.gather(-1, k[:, None]).squeeze(-1))
         ents.append(ent)
-        if step == model.arch.action_dim - 1:
+        if step == n_tokens - 1:
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         h, cache = model.backbone(model.embed_action_index(k[:, None]), mask, next_pos, cache=cache, use_cache=True)
@@ -63,7 +68,8 @@ def batch_decode(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Te
 
 def teacher_forced(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                    index: torch.Tensor, temperature: float = 1.0, extra: torch.Tensor | None = None) -> DecodeOutput:
-    """Log-probs and entropies (B, A) of stored action indices (B, A) in one forward pass."""
+    """Log-probs and entropies (B, N) of stored action indices (B, N) (N = A, or E x A for a chunk) in
+    one forward pass."""
     embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask, extra)
     a = index.shape[1]
     act_emb = model.embed_action_index(index[:, :-1])

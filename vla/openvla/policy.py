@@ -3,10 +3,17 @@
 Input: ``obs["rgb"]`` (B, V, H, W, 3) uint8 (camera ``cfg.camera`` is used, resized to the model's
 image size as OpenVLA's "resize-naive"), ``obs["instruction"]`` list[str] of length B (or the
 config's default). Output actions (B, A) float32 in env units: the decoded bin centres un-normalized
-with the checkpoint's q01/q99 statistics. ``extras``: ``action_index`` (B, A) long (token id -
-first action id), ``prompt_ids``/``prompt_mask`` (B, L) so ``evaluate`` recomputes log-probs in one
-teacher-forced pass. log_prob / entropy are sums over the A action tokens; the value head reads the
+with the checkpoint's q01/q99 statistics. ``extras``: ``action_index`` (B, N) long (token id -
+first action id, N = A), ``prompt_ids``/``prompt_mask`` (B, L) so ``evaluate`` recomputes log-probs in
+one teacher-forced pass. log_prob / entropy are sums over the N action tokens; the value head reads the
 hidden state just before the first action token.
+
+Action chunks (``policy.chunk`` H > 1, OpenVLA-OFT's chunking kept autoregressive over the same 256-bin
+tokens): SFT learns the next H actions as H x A tokens (time-major: action 0's A tokens, then action
+1's, ...); ``act`` decodes only the E = ``exec_steps`` actions that are executed (E x A tokens: decoding
+can stop early because later tokens never condition earlier ones) and returns (B, E, A), which the VecEnv
+executes as one step (its rewards summed). Then N = E x A and log_prob sums over exactly the executed
+tokens.
 """
 
 from __future__ import annotations
@@ -69,8 +76,17 @@ class OpenVLAConfig:
     """Add one prefix token projected from ``obs['state']`` (running-normalized), after the image
     patches, as OpenVLA-OFT's proprio projector does. Needed where the image does not show the goal
     (ManiSkill PickCube's goal is only in the state)."""
+    chunk: int = 1
+    """Action chunk H: SFT targets are the next H actions (H x A tokens); 1 = OpenVLA's single action."""
+    exec_steps: int | None = None
+    """Actions of the chunk decoded and executed per call (E <= H; null = H)."""
 
     def __post_init__(self) -> None:
+        if self.chunk < 1:
+            raise ConfigError(f"config key 'policy.chunk' = {self.chunk} must be >= 1 (1 = one action per call)")
+        if self.exec_steps is not None and not 1 <= self.exec_steps <= self.chunk:
+            raise ConfigError(f"config key 'policy.exec_steps' = {self.exec_steps} must be in [1, policy.chunk = "
+                              f"{self.chunk}] (or null for the whole chunk)")
         if self.checkpoint is None and self.arch not in ARCH_PRESETS:
             raise ConfigError(f"config key 'policy.arch' = {self.arch!r} is not a preset; known: {', '.join(ARCH_PRESETS)}")
         if self.temperature <= 0:
@@ -141,6 +157,12 @@ class OpenVLAPolicy(nn.Module):
         if cfg.freeze_vision:
             self.model.vision_backbone.requires_grad_(False)
         self._prompt_cache: dict[str, list[int]] = {}
+        self.exec_steps = cfg.exec_steps or cfg.chunk
+
+    @property
+    def action_horizon(self) -> int:
+        """Chunk length H SFT learns (the demo targets are chunks of H actions when H > 1)."""
+        return self.cfg.chunk
 
     def train(self, mode: bool = True) -> OpenVLAPolicy:
         """Train mode everywhere except BatchNorm (MobileNet), which keeps its pretrained statistics:
@@ -225,6 +247,7 @@ class OpenVLAPolicy(nn.Module):
         return ids.to(dev), mask.to(dev)
 
     def _unnormalize(self, index: torch.Tensor) -> torch.Tensor:
+        """(..., A) action indices -> (..., A) env-unit actions."""
         tok = self.model.action_tokenizer
         centers = torch.as_tensor(tok.bin_centers, dtype=torch.float32, device=index.device)
         # index k <-> token id first_id + k; decode uses bin vocab - id - 1 = n_bins - 1 - k
@@ -232,10 +255,16 @@ class OpenVLAPolicy(nn.Module):
         return torch.where(self.norm_mask, 0.5 * (a + 1.0) * (self.q99 - self.q01) + self.q01, a)
 
     def actions_to_index(self, actions: Any) -> torch.Tensor:
-        """(B, A) env-unit actions -> (B, A) action indices (OpenVLA's tokenizer, for SFT targets)."""
+        """(B, A) env-unit actions, or chunks (B, T, A) -> (B, A) / (B, T x A) action indices (OpenVLA's
+        tokenizer, time-major, for SFT targets)."""
         a = np.asarray(torch.as_tensor(actions, dtype=torch.float32).cpu())
-        ids = self.model.action_tokenizer.encode(self.norm_stats.normalize(a))
-        return self.model.action_tokenizer.ids_to_index(torch.from_numpy(ids)).to(self.q01.device)
+        if a.ndim not in (2, 3) or a.shape[-1] != self.model.arch.action_dim:
+            raise ValueError(f"actions must be (B, {self.model.arch.action_dim}) or (B, T, {self.model.arch.action_dim}); "
+                             f"got {a.shape}")
+        flat = a.reshape(-1, a.shape[-1])
+        ids = self.model.action_tokenizer.encode(self.norm_stats.normalize(flat))
+        index = self.model.action_tokenizer.ids_to_index(torch.from_numpy(ids))
+        return index.reshape(a.shape[0], -1).to(self.q01.device)
 
     def _extra(self, obs: dict[str, Any]) -> torch.Tensor | None:
         """(B, 1, D) state token, or None."""
@@ -253,10 +282,14 @@ class OpenVLAPolicy(nn.Module):
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         pixels = self.pixels(obs["rgb"])
         ids, mask = self.prompts(obs, pixels.shape[0])
+        a = self.model.arch.action_dim
         out = batch_decode(self.model, pixels, ids, mask, self.cfg.temperature, greedy=deterministic,
-                           extra=self._extra(obs))
+                           extra=self._extra(obs), n_tokens=self.exec_steps * a)
         value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
-        return PolicyOutput(actions=self._unnormalize(out.index), log_prob=out.log_prob.sum(-1), value=value,
+        actions = self._unnormalize(out.index.view(out.index.shape[0], self.exec_steps, a))
+        if self.cfg.chunk == 1:
+            actions = actions[:, 0]
+        return PolicyOutput(actions=actions, log_prob=out.log_prob.sum(-1), value=value,
                             extras={"action_index": out.index, "prompt_ids": ids, "prompt_mask": mask})
 
     def evaluate(self, obs: dict[str, Any], extras: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -265,6 +298,21 @@ class OpenVLAPolicy(nn.Module):
                              self.cfg.temperature, extra=self._extra(obs))
         value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
         return out.log_prob.sum(-1), out.entropy.sum(-1), value
+
+    def imitation_loss(self, obs: dict[str, Any], actions: torch.Tensor,
+                       valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean NLL, mean entropy) per demo row of expert actions (B, A) or chunks (B, T, A) with ``valid``
+        (B, T) (steps past the episode's end are masked out), summed over the row's valid tokens; one
+        teacher-forced pass."""
+        extras = self.extras_for_actions(obs, actions)
+        pixels = self.pixels(obs["rgb"])
+        out = teacher_forced(self.model, pixels, extras["prompt_ids"], extras["prompt_mask"], extras["action_index"],
+                             self.cfg.temperature, extra=self._extra(obs))
+        if valid is None:
+            return -out.log_prob.sum(-1).mean(), out.entropy.sum(-1).mean()
+        m = torch.as_tensor(valid, dtype=torch.float32, device=out.log_prob.device)
+        m = m.repeat_interleave(self.model.arch.action_dim, dim=1)
+        return -(out.log_prob * m).sum(-1).mean(), (out.entropy * m).sum(-1).mean()
 
     def token_log_probs(self, obs: dict[str, Any], extras: dict[str, Any]) -> torch.Tensor:
         """(B, A) log-prob of each stored action token (what ``evaluate`` sums), for token-level
@@ -279,10 +327,12 @@ class OpenVLAPolicy(nn.Module):
         return {"kind": "openvla-action-tokens", "action_dim": self.model.arch.action_dim, "bins": tok.n_bins,
                 "first_action_id": tok.first_id, "text_tokenizer": type(self.text).__name__,
                 "prompt": self.cfg.prompt, "q01": [round(x, 6) for x in self.q01.tolist()],
-                "q99": [round(x, 6) for x in self.q99.tolist()], "state_token": self.cfg.state_token}
+                "q99": [round(x, 6) for x in self.q99.tolist()], "state_token": self.cfg.state_token,
+                "exec_steps": self.exec_steps if self.cfg.chunk > 1 else 1}
 
     def extras_for_actions(self, obs: dict[str, Any], actions: Any) -> dict[str, torch.Tensor]:
-        """What ``evaluate`` needs to score given env actions (B, A) (behaviour cloning targets)."""
+        """What ``evaluate`` needs to score given env actions (B, A) or chunks (B, T, A) (behaviour cloning
+        targets; T x A tokens)."""
         pixels_b = int(torch.as_tensor(obs["rgb"]).shape[0])
         ids, mask = self.prompts(obs, pixels_b)
         return {"action_index": self.actions_to_index(actions), "prompt_ids": ids, "prompt_mask": mask}
@@ -295,7 +345,7 @@ class OpenVLAPolicy(nn.Module):
         return self.value_head(hidden[:, -1].float()).squeeze(-1)
 
     def reset(self, env_ids: Any = None) -> None:
-        """Stateless (one action per step): nothing to clear."""
+        """Stateless (the VecEnv executes a chunk within one step): nothing to clear."""
 
     # -- save / load ---------------------------------------------------------------------------------
     def save_pretrained(self, path: str | Path) -> Path:
