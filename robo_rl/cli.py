@@ -303,7 +303,8 @@ def cmd_steer(args: argparse.Namespace) -> int:
         out = steer.collect(args.checkpoint, args.episodes, args.out, args.num_envs, args.seed or 0, args.overrides)
     elif args.steer_command == "fit":
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
-                        baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature)
+                        baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature,
+                        shared_head=not args.two_heads)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
@@ -422,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--out", required=True, help="output .npz log")
     sf = ssub.add_parser("fit", help="train the latent velocity head and the failure predictor on a log")
     sf.add_argument("checkpoint")
-    sf.add_argument("--log", required=True, help="a log from 'steer collect'")
+    sf.add_argument("--log", required=True, nargs="+", help="one or more logs from 'steer collect' (pooled)")
     sf.add_argument("--out", required=True, help="output steering directory")
     sf.add_argument("--steps", type=int, default=500)
     sf.add_argument("--beta", type=float, default=1.0)
@@ -434,6 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="advantage temperature T of the weights exp(A / T) (advantages are standardized; lower = sharper)")
     sf.add_argument("--no-baseline", action="store_true",
                     help="one head fit to the logged chunks' flow (not only the advantage shift)")
+    sf.add_argument("--two-heads", action="store_true",
+                    help="fit h_w and h_1 as two nets (default: one net with a weighted/unweighted flag)")
     se = ssub.add_parser("eval", help="success of the base policy with steering gated / always on / off")
     se.add_argument("checkpoint")
     se.add_argument("--steering", required=True, help="a directory from 'steer fit'")

@@ -101,13 +101,18 @@ def _fit_shift(s: SteeredPi0Policy, obs: dict, actions: torch.Tensor, adv: torch
         opt.step()
 
 
-def test_shift_head_without_advantage_signal_leaves_the_vla_unchanged():
+@pytest.mark.parametrize("shared", [True, False])
+def test_shift_head_without_advantage_signal_leaves_the_vla_unchanged(shared):
     """Equal advantages: h_w and h_1 see the same weights and samples, so v_phi = h_w - h_1 stays 0 and
-    always-on steering is the base VLA bit for bit, though each part alone has learned a non-zero field."""
+    always-on steering is the base VLA bit for bit, though each part alone has learned a non-zero field.
+    The shared head needs no help for this (its flag's weights get zero gradient); two heads must start
+    equal."""
     torch.manual_seed(0)
-    s = SteeredPi0Policy(Pi0Policy(Pi0PolicyConfig(exec_steps=3), OBS_SPEC, ACT), SteeringConfig(tau=-0.1))
-    assert isinstance(s.head, ShiftHead)
-    s.head.reference.load_state_dict(s.head.weighted.state_dict())
+    s = SteeredPi0Policy(Pi0Policy(Pi0PolicyConfig(exec_steps=3), OBS_SPEC, ACT),
+                         SteeringConfig(tau=-0.1, shared_head=shared))
+    assert isinstance(s.head, ShiftHead) and s.head.shared == shared
+    if not shared:
+        s.head.h_reference.load_state_dict(s.head.h_weighted.state_dict())
     obs = _obs(8)
     actions = torch.from_numpy(np.random.default_rng(1).uniform(-1, 1, (8, 4, 7)).astype(np.float32))
     _fit_shift(s, obs, actions, torch.full((8,), 0.7), steps=5)
@@ -115,18 +120,20 @@ def test_shift_head_without_advantage_signal_leaves_the_vla_unchanged():
         base = s.base.act(obs, deterministic=True).actions
         out = s.act(obs, deterministic=True)
         x, t = torch.randn(2, 4, 32), torch.rand(2)
-        z = torch.randn(2, 4, s.head.weighted.net[0].in_features - 32 - 1)
+        first = (s.head.cond if shared else s.head.h_weighted).net[0]
+        z = torch.randn(2, 4, first.in_features - 32 - 1 - int(shared))  # x (32), z, [flag], t
         assert s.head.weighted(x, t, z).abs().max() > 1e-3
+        assert torch.equal(s.head.weighted(x, t, z), s.head.reference(x, t, z))
     assert out.extras["steered"].all() and torch.equal(out.actions, base)
 
 
-def test_shift_head_moves_actions_towards_the_advantaged_chunk():
+@pytest.mark.parametrize("shared", [True, False])
+def test_shift_head_moves_actions_towards_the_advantaged_chunk(shared):
     """The same observation logged with a +0.6 chunk (advantage +1) and a -0.6 chunk (advantage -1): the
     steered policy's action moves up from the base's, by the advantage weighting alone."""
-    s = _steered(tau=-0.1, baseline=True)
-    for part in (s.head.weighted, s.head.reference):
-        torch.nn.init.zeros_(part.net[-1].weight)
-        torch.nn.init.zeros_(part.net[-1].bias)
+    torch.manual_seed(0)
+    s = SteeredPi0Policy(Pi0Policy(Pi0PolicyConfig(exec_steps=3), OBS_SPEC, ACT),
+                         SteeringConfig(beta=1.0, tau=-0.1, shared_head=shared))
     obs = {k: (v[:1].repeat(16, *[1] * (v.dim() - 1)) if torch.is_tensor(v) else v[:1] * 16) for k, v in _obs(1).items()}
     actions = torch.cat([torch.full((8, 4, 7), 0.6), torch.full((8, 4, 7), -0.6)])
     adv = torch.cat([torch.ones(8), -torch.ones(8)])
@@ -147,3 +154,23 @@ def test_youden_threshold_and_config_checks():
     assert youden_threshold(p, torch.ones(4)) != youden_threshold(p, torch.ones(4))  # nan: one class
     with pytest.raises(ValueError, match="advantage"):
         SteeringConfig(advantage="reward")
+
+
+def test_logs_pool_with_distinct_episodes_and_mismatched_logs_are_refused(tmp_path):
+    from robo_rl.errors import ConfigError
+    from robo_rl.runners.steer import load_logs
+
+    def write(name: str, n_eps: int, size: int = 8) -> str:
+        n = 3 * n_eps
+        np.savez(tmp_path / name, rgb=np.zeros((n, 1, size, size, 3), np.uint8), actions=np.zeros((n, 2, 7), np.float32),
+                 rtg=np.arange(n, dtype=np.float32), failed=np.arange(n) % 2 == 0, episode=np.repeat(np.arange(n_eps), 3),
+                 instruction=np.array(["push"] * n))
+        return str(tmp_path / name)
+
+    data = load_logs([write("a.npz", 2), write("b.npz", 3)])
+    assert data["rgb"].shape[0] == 15 and np.array_equal(np.unique(data["episode"]), np.arange(5))
+    assert np.array_equal(data["rtg"][6:], np.arange(9, dtype=np.float32))
+    with pytest.raises(ConfigError, match="does not match"):
+        load_logs([write("a.npz", 2), write("c.npz", 1, size=16)])
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_logs([str(tmp_path / "nope.npz")])

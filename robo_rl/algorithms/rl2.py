@@ -19,7 +19,10 @@ also teaches v_phi whatever the base field gets wrong on them (the base was trai
 own samples), and that part alone moved the base off its successful actions in our measurements. So
 v_phi = h_w - h_1, two heads fit on the same samples, h_w with the weights w(A) and h_1 with w = 1:
 where v_vla + beta h_1 is the logged chunks' own flow, v_vla + beta v_phi keeps v_vla and adds only the
-difference the advantage weighting makes. The advantage is the return-to-go minus a value baseline V(o)
+difference the advantage weighting makes. By default (``shared_head``) h_w and h_1 are one network with a
+weighted/unweighted flag input, as classifier-free guidance conditions one denoiser on / off its class:
+their difference is then the flag's effect alone, not the fitting noise of two separately fit nets
+(with two nets, a larger beta hurt monotonically in our measurements). The advantage is the return-to-go minus a value baseline V(o)
 fit on the same logs (``advantage="value"``), or the standardized return-to-go (``"return"``).
 
 The failure predictor p_fail is a classifier on the prefix features trained on the same logs (label:
@@ -30,6 +33,7 @@ Shapes: x (B, T, A); t (B,); z (B, T, D); features (B, F).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -53,6 +57,8 @@ class SteeringConfig:
     """Steer with the advantage shift only: v_phi = h_w - h_1 (see the module docstring)."""
     advantage: str = "value"
     """"value": return-to-go minus a fitted V(o); "return": the standardized return-to-go."""
+    shared_head: bool = True
+    """With ``baseline``: h_w and h_1 are one network with a weighted/unweighted flag (False: two nets)."""
 
     def __post_init__(self) -> None:
         if self.advantage not in ("value", "return"):
@@ -78,13 +84,38 @@ class VelocityHead(nn.Module):
 
 
 class ShiftHead(nn.Module):
-    """v_phi = h_w - h_1 (advantage shift only): ``weighted`` is fit with the advantage weights,
-    ``reference`` without; both start at zero, so an untrained head leaves the VLA unchanged."""
+    """v_phi = h_w - h_1 (advantage shift only): h_w is fit with the advantage weights, h_1 without; both
+    start at zero, so an untrained head leaves the VLA unchanged. ``shared``: one ``VelocityHead`` reads a
+    flag (+1 = weighted, -1 = reference) as one more latent channel, its input weights starting at zero:
+    the two losses are then mirror images in the flag, so with equal weights the flag's weights get zero
+    gradient and h_w = h_1 exactly; only the weighting moves them apart. ``shared=False``: two heads."""
 
-    def __init__(self, action_dim: int, latent_dim: int, hidden: int) -> None:
+    def __init__(self, action_dim: int, latent_dim: int, hidden: int, shared: bool = True) -> None:
         super().__init__()
-        self.weighted = VelocityHead(action_dim, latent_dim, hidden)
-        self.reference = VelocityHead(action_dim, latent_dim, hidden)
+        self.shared = shared
+        if shared:
+            self.cond = VelocityHead(action_dim, latent_dim + 1, hidden)
+            with torch.no_grad():
+                self.cond.net[0].weight[:, action_dim + latent_dim].zero_()  # the flag's column (x, z, flag, t)
+        else:
+            self.h_weighted = VelocityHead(action_dim, latent_dim, hidden)
+            self.h_reference = VelocityHead(action_dim, latent_dim, hidden)
+
+    def _flagged(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor, flag: float) -> torch.Tensor:
+        return self.cond(x, t, torch.cat([z.float(), torch.full_like(z[..., :1], flag, dtype=torch.float32)], -1))
+
+    def weighted(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """h_w (B, T, A)."""
+        return self._flagged(x, t, z, 1.0) if self.shared else self.h_weighted(x, t, z)
+
+    def reference(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """h_1 (B, T, A)."""
+        return self._flagged(x, t, z, -1.0) if self.shared else self.h_reference(x, t, z)
+
+    def load_state_dict(self, state: Any, strict: bool = True, assign: bool = False) -> Any:
+        # heads saved before the shared head named the two nets "weighted." / "reference."
+        state = {("h_" + k) if k.startswith(("weighted.", "reference.")) else k: v for k, v in state.items()}
+        return super().load_state_dict(state, strict=strict, assign=assign)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return self.weighted(x, t, z) - self.reference(x, t, z)

@@ -98,6 +98,27 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
     return {"out": str(path), "episodes": done_eps, "success_rate": successes / max(1, done_eps), "calls": len(kept)}
 
 
+def load_logs(paths: list[str | Path]) -> dict[str, np.ndarray]:
+    """One or more ``steer collect`` logs pooled into one (episode ids renumbered to stay distinct)."""
+    if not paths:
+        raise ConfigError("steer fit --log: give at least one log from 'robo-rl steer collect'")
+    parts = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise ConfigError(f"steering log '{path}' does not exist; write one with 'robo-rl steer collect'")
+        parts.append(dict(np.load(path)))
+    keys = set(parts[0])
+    for path, part in zip(paths[1:], parts[1:]):
+        if set(part) != keys or part["rgb"].shape[1:] != parts[0]["rgb"].shape[1:]:
+            raise ConfigError(f"steering log '{path}' does not match '{paths[0]}' (keys {sorted(part)} vs {sorted(keys)}, "
+                              f"rgb {part['rgb'].shape[1:]} vs {parts[0]['rgb'].shape[1:]}): pool logs of one env setup")
+    offset = 0
+    for part in parts:
+        part["episode"] = part["episode"] + offset
+        offset = int(part["episode"].max()) + 1
+    return {k: np.concatenate([part[k] for part in parts]) for k in keys} if len(parts) > 1 else parts[0]
+
+
 def _batch(data: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, Any]:
     obs: dict[str, Any] = {"rgb": torch.from_numpy(data["rgb"][idx]), "instruction": [str(s) for s in data["instruction"][idx]]}
     if "state" in data:
@@ -129,7 +150,7 @@ def _explained_variance(pred: torch.Tensor, y: torch.Tensor) -> float:
     return float(1.0 - (y - pred).var() / y.var().clamp_min(1e-12)) if y.numel() > 1 else float("nan")
 
 
-def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
+def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
         val_fraction: float = 0.2, seed: int = 0, tau: float | str = 0.5, **steering: Any) -> dict[str, Any]:
     """Train the steering head and the failure predictor on a collected log; save them to ``out``.
 
@@ -142,11 +163,9 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
     from robo_rl.algorithms.rl2 import SteeringConfig, ValueBaseline, auroc, youden_threshold
     from vla.pi0.steer import SteeredPi0Policy
 
-    if not Path(log_path).is_file():
-        raise ConfigError(f"steering log '{log_path}' does not exist; write one with 'robo-rl steer collect'")
     if tau != "auto" and not isinstance(tau, (int, float)):
         raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
-    data = dict(np.load(log_path))
+    data = load_logs([log_path] if isinstance(log_path, (str, Path)) else list(log_path))
     try:
         cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), **steering)
     except ValueError as err:
@@ -193,7 +212,7 @@ def fit(checkpoint: str, log_path: str, out: str, steps: int = 500, batch_size: 
 
     with torch.no_grad():
         scores = model.fail(pooled)
-    summary = {"base": str(checkpoint), "log": str(log_path), "steps": steps, "calls": int(len(data["rtg"])),
+    summary = {"base": str(checkpoint), "log": [str(p) for p in ([log_path] if isinstance(log_path, (str, Path)) else log_path)], "steps": steps, "calls": int(len(data["rtg"])),
                "failure_rate": float(failed.mean()), "auroc_train": auroc(scores[train_idx], failed[train_idx]),
                "auroc_val": auroc(scores[val_idx], failed[val_idx]) if len(val_idx) else float("nan"), **value_ev}
     if tau == "auto":
@@ -229,6 +248,7 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, b
         raise ConfigError(f"'{steering_dir}' is not a steering directory (no steering.json); write one with 'robo-rl steer fit'")
     saved = json.loads(meta_path.read_text())["config"]
     saved.setdefault("baseline", False)  # written before the advantage-shift head: one plain head
+    saved.setdefault("shared_head", False)  # written before the shared (flag-conditioned) head: two nets
     cfg = SteeringConfig(**saved)
     if tau is not None:
         cfg = dataclasses.replace(cfg, tau=tau)

@@ -35,8 +35,8 @@ class SteeredPi0Policy(nn.Module):
         self.base = base.eval().requires_grad_(False)
         self.cfg = cfg
         arch = base.model.arch
-        head_cls = ShiftHead if cfg.baseline else VelocityHead
-        self.head = head_cls(arch.max_action_dim, arch.expert_hidden, cfg.hidden)
+        self.head: nn.Module = (ShiftHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden, cfg.shared_head)
+                                if cfg.baseline else VelocityHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden))
         self.fail = FailurePredictor(arch.lm_hidden, cfg.hidden)
         self.rows_seen = 0  # env rows acted for, and how many of them were steered (g = 1)
         self.rows_steered = 0
