@@ -128,6 +128,7 @@ class CycloneTransport:
         self._topics: dict[tuple[str, str], Any] = {}
         self._keep: list[Any] = []
         self._discovery: dict[str, Any] = {}
+        self._closed = False
 
     def _topic(self, topic: str, msgtype: str) -> Any:
         from cyclonedds.topic import Topic
@@ -154,7 +155,7 @@ class CycloneTransport:
         from cyclonedds.sub import DataReader
 
         def on_data_available(reader: Any) -> None:
-            if reader is None:  # data arriving while the reader is being torn down
+            if reader is None or self._closed:  # data arriving while the reader is being torn down
                 return
             for sample in reader.take(N=64):
                 raw = getattr(sample, "_raw", None)
@@ -182,6 +183,17 @@ class CycloneTransport:
                 if s.topic_name == name and s.participant_key != me}
 
     def close(self) -> None:
+        """Delete the DDS entities now, here, readers first (each waits for its running callback).
+
+        Only dropping the references left the deletion to the garbage collector, which may run in a DDS
+        listener thread: a reader collected inside its own callback then waits for that callback forever
+        (a CI run hung so, in ``dds_delete``). cyclonedds has no public delete; ``Entity.__del__`` is it,
+        and it is idempotent (a later collection finds the entity gone and does nothing)."""
+        self._closed = True
+        entities = [*self._keep, *self._discovery.values(), *self._topics.values(), self.participant]
+        entities.sort(key=lambda e: type(e).__name__ != "DataReader")  # readers (and their listeners) first
         self._discovery.clear()
         self._keep.clear()
         self._topics.clear()
+        for entity in entities:
+            entity.__del__()
