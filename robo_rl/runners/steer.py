@@ -165,7 +165,8 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
 
     if tau != "auto" and not isinstance(tau, (int, float)):
         raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
-    data = load_logs([log_path] if isinstance(log_path, (str, Path)) else list(log_path))
+    paths = [str(log_path)] if isinstance(log_path, (str, Path)) else [str(p) for p in log_path]
+    data = load_logs(paths)
     try:
         cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), **steering)
     except ValueError as err:
@@ -180,7 +181,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     failed = torch.from_numpy(data["failed"].astype(np.float32))
     calib = val_idx if len(val_idx) else train_idx  # the rows tau="auto" is chosen on
     if tau == "auto" and failed[calib].min() == failed[calib].max():
-        raise ConfigError(f"steer fit --tau auto: the held-out episodes of '{log_path}' are all "
+        raise ConfigError(f"steer fit --tau auto: the held-out episodes of {', '.join(paths)} are all "
                           f"{'failures' if bool(failed[calib][0]) else 'successes'}; pass a fixed --tau or log more episodes")
     rtg = torch.from_numpy(data["rtg"])
     ret = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
@@ -212,7 +213,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
 
     with torch.no_grad():
         scores = model.fail(pooled)
-    summary = {"base": str(checkpoint), "log": [str(p) for p in ([log_path] if isinstance(log_path, (str, Path)) else log_path)], "steps": steps, "calls": int(len(data["rtg"])),
+    summary = {"base": str(checkpoint), "log": paths, "steps": steps, "calls": int(len(data["rtg"])),
                "failure_rate": float(failed.mean()), "auroc_train": auroc(scores[train_idx], failed[train_idx]),
                "auroc_val": auroc(scores[val_idx], failed[val_idx]) if len(val_idx) else float("nan"), **value_ev}
     if tau == "auto":
