@@ -94,6 +94,16 @@ def _step_one(env: SingleEnv, bufs: SharedArrays, i: int, chunk: np.ndarray | No
     return (rest, final_rest, extra) if (rest or final_rest or extra) else None
 
 
+def _reply(conn: Any, msg: tuple) -> bool:
+    """Send one reply; False when the parent has gone (closed pipe), so the worker exits quietly instead of
+    printing a BrokenPipeError traceback for a parent that stopped or killed it mid-start."""
+    try:
+        conn.send(msg)
+        return True
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return False
+
+
 def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env: dict[str, str]) -> None:
     """Worker loop hosting ``len(rows)`` envs (env j writes shm row ``rows[j]``), stepped in turn.
     Messages: ("attach", layouts) once, then ("step"|"reset"|"render"|"close", data).
@@ -109,36 +119,37 @@ def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env:
         envs = [f() for f in factories]
     except BaseException as err:  # report any failure to the parent as one line
         msg = str(err) if isinstance(err, RoboRLError) else f"{type(err).__name__}: {err}"
-        conn.send(("error", msg.splitlines()[0] if msg else type(err).__name__, traceback.format_exc()))
+        _reply(conn, ("error", msg.splitlines()[0] if msg else type(err).__name__, traceback.format_exc()))
         conn.close()
         return
-    conn.send(("ok", [(e.obs_spec, e.action_spec) for e in envs]))
     bufs: SharedArrays | None = None
-    while True:
+    alive = _reply(conn, ("ok", [(e.obs_spec, e.action_spec) for e in envs]))
+    while alive:
         try:
             cmd, data = conn.recv()
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, ConnectionResetError, KeyboardInterrupt):
             break
         try:
             if cmd == "step":
                 chunks = [None] * len(envs) if data is None else data
-                conn.send(("ok", [_step_one(e, bufs, i, c) for e, i, c in zip(envs, rows, chunks)]))
+                reply: tuple = ("ok", [_step_one(e, bufs, i, c) for e, i, c in zip(envs, rows, chunks)])
             elif cmd == "reset":
-                conn.send(("ok", [_write_obs(bufs, "obs", i, e.reset(seed=sd)) for e, i, sd in zip(envs, rows, data)]))
+                reply = ("ok", [_write_obs(bufs, "obs", i, e.reset(seed=sd)) for e, i, sd in zip(envs, rows, data)])
             elif cmd == "attach":
                 bufs = SharedArrays.attach(data)
-                conn.send(("ok", None))
+                reply = ("ok", None)
             elif cmd == "render":
-                conn.send(("ok", [e.render() for e in envs]))
+                reply = ("ok", [e.render() for e in envs])
             elif cmd == "close":
                 for e in envs:
                     e.close()
-                conn.send(("ok", None))
+                _reply(conn, ("ok", None))
                 break
             else:
-                conn.send(("error", f"unknown worker command {cmd!r}", ""))
+                reply = ("error", f"unknown worker command {cmd!r}", "")
         except BaseException as err:
-            conn.send(("error", f"{type(err).__name__}: {err}", traceback.format_exc()))
+            reply = ("error", f"{type(err).__name__}: {err}", traceback.format_exc())
+        alive = _reply(conn, reply)
     if bufs is not None:
         bufs.close()
     conn.close()

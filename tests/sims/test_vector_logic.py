@@ -129,3 +129,15 @@ def test_step_async_on_worker_subsets_for_pipelining(venv):
     assert "rows" not in res.info
     with pytest.raises(Exception, match="without a pending step_async"):
         venv.step_wait()
+
+
+def test_worker_whose_parent_is_gone_exits_quietly(capfd):
+    """A worker started by a parent that then stopped (closed pipe) returns without a BrokenPipeError traceback."""
+    import multiprocessing as mp
+
+    from sims.vector import _worker
+
+    parent, child = mp.Pipe()
+    parent.close()
+    _worker(child, [CountingEnv], [0], {})  # the spec reply finds the pipe closed
+    assert "Traceback" not in capfd.readouterr().err
