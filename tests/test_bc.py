@@ -152,3 +152,25 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert proc.returncode == 2 and "steering scale" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need_maniskill):
+    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.keep_best_val=true",
+                   "algo.epochs=6", "algo.log_every=2", "run.final_eval_episodes=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    rows = list(csv.DictReader(open(tmp_path / "sft" / "metrics.csv")))
+    vals = {int(r["iteration"]): float(r["loss/val_nll"]) for r in rows}
+    best_step = min(vals, key=vals.get)
+    assert summary["best_val"]["step"] == best_step
+    assert summary["best_val"]["val_nll"] == pytest.approx(vals[best_step], rel=1e-4)
+    assert Path(summary["checkpoint"]).name == f"step_{best_step:010d}"
+    assert summary["gradient_steps"] >= max(vals)
+
+
+def test_keep_best_val_without_held_out_episodes_is_one_line():
+    from robo_rl.algorithms.bc import BCConfig
+    from robo_rl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="val_fraction"):
+        BCConfig(dataset="d.h5", keep_best_val=True, val_fraction=0.0)

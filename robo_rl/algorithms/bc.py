@@ -46,6 +46,9 @@ class BCConfig:
     """Gradient steps per metrics row."""
     eval_every: int = 500
     """Gradient steps between policy evaluations in the env (0 disables)."""
+    keep_best_val: bool = False
+    """Early stopping on the validation NLL (checked every ``log_every`` steps): the saved checkpoint and the
+    final evaluation use the weights with the lowest validation NLL, not the last (needs val_fraction > 0)."""
 
     def __post_init__(self) -> None:
         if not self.dataset:
@@ -54,6 +57,9 @@ class BCConfig:
             raise ConfigError("config keys 'algo.batch_size', 'algo.epochs' and 'algo.lr' must be > 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"config key 'algo.val_fraction' = {self.val_fraction} must be in [0, 1)")
+        if self.keep_best_val and self.val_fraction <= 0:
+            raise ConfigError("config key 'algo.keep_best_val' needs held-out episodes: set 'algo.val_fraction' > 0 "
+                              "(e.g. 0.1) or keep_best_val: false")
 
 
 class BC:

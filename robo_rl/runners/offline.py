@@ -148,6 +148,7 @@ class OfflineTrainer:
         sums: dict[str, float] = {}
         count = 0
         best_eval = -1.0
+        best_val: tuple[float, int, dict[str, torch.Tensor]] | None = None  # (val NLL, step, weights) when keep_best_val
         perm = rng.permutation(n)
         pos = 0
         step = 0
@@ -170,6 +171,9 @@ class OfflineTrainer:
                     sums, count = {}, 0
                     if val is not None:
                         row["loss/val_nll"] = self._val_loss(algo, policy, val, ac.batch_size)
+                        if ac.keep_best_val and (best_val is None or row["loss/val_nll"] < best_val[0]):
+                            best_val = (row["loss/val_nll"], step,
+                                        {k: v.detach().clone() for k, v in policy.state_dict().items()})
                     if ac.eval_every and (step % ac.eval_every == 0):
                         res = self._evaluate(policy, rc.eval_episodes, record=False)
                         row.update({"eval/success_rate": res.success_rate, "eval/ci_low": res.ci95[0],
@@ -181,11 +185,18 @@ class OfflineTrainer:
             metrics.close()
         from robo_rl.runners.train import checkpoint_meta
 
+        last_step = step
+        if best_val is not None:  # early stopping: keep the weights with the lowest validation NLL
+            policy.load_state_dict(best_val[2])
+            step = best_val[1]
+            log.info("bc: keeping step %d (validation NLL %.4g, the lowest)", step, best_val[0])
         meta_out = checkpoint_meta(cfg, env, 0, step)
         ckpt = ckpt_io.save(self.run_dir / "checkpoints", step, policy.state_dict(),
                             {"algo": algo.state_dict(), "state": {"iteration": step}}, meta_out, keep=rc.keep_checkpoints)
-        summary: dict[str, Any] = {"run_dir": str(self.run_dir), "gradient_steps": step, "checkpoint": str(ckpt),
+        summary: dict[str, Any] = {"run_dir": str(self.run_dir), "gradient_steps": last_step, "checkpoint": str(ckpt),
                                    "wall_time_min": round((time.monotonic() - t0) / 60, 2), "train_transitions": n}
+        if best_val is not None:
+            summary["best_val"] = {"step": best_val[1], "val_nll": best_val[0]}
         if rc.final_eval_episodes > 0:
             summary["final_eval"] = self._evaluate(policy, rc.final_eval_episodes, record=False).as_dict()
         ckpt_io.atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
