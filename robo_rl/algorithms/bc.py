@@ -48,7 +48,8 @@ class BCConfig:
     """Gradient steps between policy evaluations in the env (0 disables)."""
     keep_best_val: bool = False
     """Early stopping on the validation NLL (checked every ``log_every`` steps): the saved checkpoint and the
-    final evaluation use the weights with the lowest validation NLL, not the last (needs val_fraction > 0)."""
+    final evaluation use the weights with the lowest validation NLL, not the last (needs val_fraction > 0;
+    holds one copy of the weights in host memory)."""
 
     def __post_init__(self) -> None:
         if not self.dataset:
