@@ -22,6 +22,9 @@ class VariationConfig:
 
     camera_jitter: float = 0.0
     """Uniform +- offset of the main camera position (metres)."""
+    camera_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """Fixed xyz shift of the main camera position, the same every episode (metres): a systematic
+    out-of-distribution view, added to any jitter."""
     light_scale: tuple[float, float] = (1.0, 1.0)
     """Scene light intensity multiplied by U(low, high)."""
     retexture: float = 0.0
@@ -32,6 +35,9 @@ class VariationConfig:
     """Small coloured boxes scattered on the table each episode (ManiSkill tabletop tasks)."""
     object_pose_jitter: float = 0.0
     """Uniform +- xy offset of movable objects' initial positions (metres)."""
+    object_pose_offset: tuple[float, float] = (0.0, 0.0)
+    """Fixed xy shift of movable objects' initial positions, the same every episode (metres), added to
+    any jitter."""
     paraphrase: bool = False
     """Replace the instruction with a paraphrase (verb synonyms, reordered politeness)."""
     perturb_step: int = 20
@@ -46,6 +52,9 @@ class VariationConfig:
         if self.camera_jitter < 0 or self.object_pose_jitter < 0 or self.perturb_distance < 0:
             raise ConfigError("config keys 'env.variations.camera_jitter'/'object_pose_jitter'/'perturb_distance' "
                               "must be >= 0 metres")
+        for key, value, n in (("camera_offset", self.camera_offset, 3), ("object_pose_offset", self.object_pose_offset, 2)):
+            if len(value) != n:
+                raise ConfigError(f"config key 'env.variations.{key}' = {list(value)} needs {n} numbers (metres)")
         if not 0.0 <= self.retexture <= 1.0:
             raise ConfigError(f"config key 'env.variations.retexture' = {self.retexture} is a probability in [0, 1]")
         if not 0.0 <= self.object_recolor <= 1.0:
@@ -61,11 +70,14 @@ class VariationConfig:
 
     def scaled(self, strength: float) -> VariationConfig:
         """The same variations at ``strength`` times their size (0 = none, 1 = as configured): jitters
-        scale, the light range shrinks or grows about 1, paraphrasing stays on for any strength > 0."""
+        and offsets scale, the light range shrinks or grows about 1, paraphrasing stays on for any strength > 0."""
         if strength < 0:
             raise ConfigError(f"variation strength {strength} must be >= 0")
         lo, hi = self.light_scale
-        return VariationConfig(camera_jitter=self.camera_jitter * strength, retexture=min(1.0, self.retexture * strength),
+        return VariationConfig(camera_jitter=self.camera_jitter * strength,
+                               camera_offset=tuple(x * strength for x in self.camera_offset),
+                               object_pose_offset=tuple(x * strength for x in self.object_pose_offset),
+                               retexture=min(1.0, self.retexture * strength),
                                object_recolor=min(1.0, self.object_recolor * strength), distractors=round(self.distractors * strength),
                                light_scale=(max(0.0, 1 - (1 - lo) * strength), 1 + (hi - 1) * strength),
                                object_pose_jitter=self.object_pose_jitter * strength,

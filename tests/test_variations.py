@@ -17,6 +17,31 @@ def test_config_validation():
         VariationConfig(light_scale=(2.0, 1.0))
     with pytest.raises(ConfigError, match=">= 0 metres"):
         VariationConfig(camera_jitter=-1.0)
+    with pytest.raises(ConfigError, match="camera_offset.*needs 3 numbers"):
+        VariationConfig(camera_offset=(0.1, 0.0))
+    assert VariationConfig(object_pose_offset=(0.02, 0.0)).active
+    assert VariationConfig(object_pose_offset=(0.02, -0.04)).scaled(0.5).object_pose_offset == (0.01, -0.02)
+
+
+def test_fixed_offsets_shift_every_episode_the_same(need_maniskill):
+    """object_pose_offset moves the cube by exactly the offset on every seed; camera_offset changes the view
+    identically on every reset of a seed (no draw involved)."""
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+
+    kw = dict(task="PushCube-v1", obs_mode="rgb", image_size=64, backend="cpu")
+    envs = [ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=v)) for v in
+            (VariationConfig(), VariationConfig(object_pose_offset=(0.03, -0.02)), VariationConfig(camera_offset=(0.0, 0.05, 0.0)))]
+    base, shifted, cam = envs
+    try:
+        for seed in (1, 2):
+            o0, _, o2 = (e.reset(seed=seed) for e in envs)
+            p0, p1 = (e.env.unwrapped.obj.pose.p[0].numpy() for e in (base, shifted))
+            np.testing.assert_allclose(p1 - p0, [0.03, -0.02, 0.0], atol=1e-5)
+            assert not np.array_equal(o2["rgb"], o0["rgb"])
+            np.testing.assert_array_equal(o2["rgb"], cam.reset(seed=seed)["rgb"])
+    finally:
+        for e in envs:
+            e.close()
 
 
 def test_mid_episode_push_moves_the_object_at_its_step_only(need_maniskill):

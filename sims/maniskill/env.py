@@ -229,7 +229,7 @@ class ManiSkillSingleEnv:
             self._base_lights = [(light, np.array(light.color)) for sub in u.scene.sub_scenes
                                  for light in sub.render_system.lights]
         for uid, base in self._base_cams.items():
-            offset = rng.uniform(-v.camera_jitter, v.camera_jitter, 3)
+            offset = rng.uniform(-v.camera_jitter, v.camera_jitter, 3) + np.asarray(v.camera_offset)
             u._sensors[uid].camera.set_local_pose(sapien.Pose(p=np.asarray(base.p) + offset, q=base.q))
         scale = rng.uniform(*v.light_scale)
         for light, color in self._base_lights:
@@ -238,8 +238,8 @@ class ManiSkillSingleEnv:
             self._retexture(rng, v.retexture)
         if v.object_recolor > 0:
             self._recolor_objects(rng, v.object_recolor)
-        if v.object_pose_jitter > 0:
-            self._nudge_objects(rng, v.object_pose_jitter)
+        if v.object_pose_jitter > 0 or any(v.object_pose_offset):
+            self._nudge_objects(rng, v.object_pose_jitter, v.object_pose_offset)
 
     def _retexture(self, rng: np.random.Generator, p: float) -> None:
         """With probability p, the table and the floor get random plain colours instead of their textures
@@ -261,8 +261,8 @@ class ManiSkillSingleEnv:
         swap = rng.random() < p
         _paint(self._objects, [*rng.uniform(0.1, 0.9, 3), 1.0] if swap else None)
 
-    def _nudge_objects(self, rng: np.random.Generator, dist: float) -> None:
-        """Move every dynamic object by a uniform +-dist xy offset."""
+    def _nudge_objects(self, rng: np.random.Generator, dist: float, shift: tuple[float, float] = (0.0, 0.0)) -> None:
+        """Move every dynamic object by a uniform +-dist xy offset plus the fixed xy ``shift``."""
         import torch
 
         for actor in self.env.unwrapped.scene.actors.values():
@@ -270,7 +270,7 @@ class ManiSkillSingleEnv:
                 continue
             pose = actor.pose
             p = pose.p.clone()
-            p[..., :2] += torch.as_tensor(rng.uniform(-dist, dist, 2), dtype=p.dtype)
+            p[..., :2] += torch.as_tensor(rng.uniform(-dist, dist, 2) + np.asarray(shift), dtype=p.dtype)
             actor.set_pose(type(pose).create_from_pq(p, pose.q))
 
     def before_step(self) -> None:

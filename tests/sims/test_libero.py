@@ -145,7 +145,9 @@ def test_variations_change_what_they_name_and_nothing_when_off(need_libero):
     base = LiberoSingleEnv(base_cfg, 0)
     varied = LiberoSingleEnv(LiberoConfig(suite="libero_spatial", image_size=64, settle_steps=0,
                                           variations=VariationConfig(camera_jitter=0.05, light_scale=(0.3, 0.5),
-                                                                     object_pose_jitter=0.03, paraphrase=True)), 0)
+                                                                     object_pose_jitter=0.03, paraphrase=True,
+                                                                     camera_offset=(0.0, 0.02, 0.0),
+                                                                     object_pose_offset=(0.01, 0.0))), 0)
     try:
         o0, o0b = base.reset(seed=1), base.reset(seed=1)
         np.testing.assert_array_equal(o0["rgb"], o0b["rgb"])  # off: deterministic, untouched
