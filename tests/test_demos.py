@@ -159,3 +159,27 @@ def test_libero_scripted_expert_solves_and_roundtrips(tmp_path, need_libero):
     (ep,) = list(load_episodes(out))
     assert ep.succeeded and "basket" in ep.instruction
     assert ep.obs["rgb"].shape == (ep.length + 1, 2, 64, 64, 3) and ep.actions.shape == (ep.length, 7)
+
+
+def test_bc_pools_several_demo_files_and_refuses_overlap_or_mismatch(tmp_path):
+    """algo.dataset may list files: their episodes pool; overlapping seed ranges (the same episodes twice)
+    or another control mode are one-line errors naming the files."""
+    from robo_rl.algorithms.bc import BCConfig
+    from robo_rl.config import from_dict
+    from robo_rl.errors import ConfigError
+    from robo_rl.runners.offline import load_demos
+
+    meta = {"env": "maniskill", "task": "PushCube-v1", "control_mode": "pd_joint_delta_pos", "obs_mode": "state"}
+    a = write_episodes(tmp_path / "a.h5", [_episode(), _episode()], {**meta, "seed": 0, "attempts": 2})
+    b = write_episodes(tmp_path / "b.h5", [_episode()] * 3, {**meta, "seed": 100, "attempts": 3})
+    overlap = write_episodes(tmp_path / "c.h5", [_episode()], {**meta, "seed": 1, "attempts": 1})
+    other = write_episodes(tmp_path / "d.h5", [_episode()], {**meta, "control_mode": "pd_ee_delta_pose", "seed": 200})
+    eps, first = load_demos([str(a), str(b)], ["state"], only_success=False, max_episodes=None)
+    assert len(eps) == 5 and first["seed"] == 0
+    assert len(load_demos(str(b), ["state"], only_success=False, max_episodes=None)[0]) == 3
+    with pytest.raises(ConfigError, match="seeds 0..1.*seeds 1..1.*disjoint --seed"):
+        load_demos([str(a), str(overlap)], ["state"], only_success=False, max_episodes=None)
+    with pytest.raises(ConfigError, match="different control_mode"):
+        load_demos([str(a), str(other)], ["state"], only_success=False, max_episodes=None)
+    cfg = from_dict(BCConfig, {"dataset": [str(a), str(b)]})
+    assert cfg.dataset == [str(a), str(b)]

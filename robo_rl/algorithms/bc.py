@@ -21,8 +21,9 @@ class BCConfig:
 
     name: str = "bc"
     """Registry name of the algorithm."""
-    dataset: str = ""
-    """robo-rl episodes file (``robo-rl demos generate``) or an official LIBERO hdf5 file."""
+    dataset: str | list[str] = ""
+    """robo-rl episodes file (``robo-rl demos generate``) or an official LIBERO hdf5 file, or a list of
+    episodes files pooled into one dataset (same env, task and modes; disjoint seeds)."""
     lr: float = 1e-4
     """AdamW learning rate."""
     weight_decay: float = 0.0

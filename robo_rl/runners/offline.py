@@ -47,20 +47,44 @@ class DemoArrays:
         return self.actions if self.valid is None else self.actions[:, 0]
 
 
-def load_demos(path: str, obs_keys: list[str], only_success: bool, max_episodes: int | None) -> tuple[list[Any], dict[str, Any]]:
+def load_demos(path: str | list[str], obs_keys: list[str], only_success: bool,
+               max_episodes: int | None) -> tuple[list[Any], dict[str, Any]]:
+    """The episodes of one demonstrations file, or of several pooled (same env, task, control and obs
+    mode; disjoint episode seeds, so no episode is counted twice); returns (episodes, the first file's meta)."""
     from robo_rl.data.episodes import load_episodes, read_meta
 
-    meta = read_meta(path)
-    eps = [ep for ep in load_episodes(path) if ep.succeeded or not only_success]
+    paths = [path] if isinstance(path, str) else list(path)
+    if not paths:
+        raise ConfigError("config key 'algo.dataset' is an empty list; give one or more demonstrations files")
+    metas = [read_meta(p) for p in paths]
+    _check_pooled(paths, metas)
+    eps = [ep for p in paths for ep in load_episodes(p) if ep.succeeded or not only_success]
     if max_episodes is not None:
         eps = eps[:max_episodes]
+    where = paths[0] if len(paths) == 1 else ", ".join(paths)
     if not eps:
-        raise ConfigError(f"'{path}' has no {'successful ' if only_success else ''}episodes to train on")
+        raise ConfigError(f"'{where}' has no {'successful ' if only_success else ''}episodes to train on")
     for k in obs_keys:
         if k not in eps[0].obs:
-            raise ConfigError(f"the policy needs obs '{k}' but '{path}' holds {sorted(eps[0].obs)} "
+            raise ConfigError(f"the policy needs obs '{k}' but '{where}' holds {sorted(eps[0].obs)} "
                               "(record the demos with the matching --obs-mode)")
-    return eps, meta
+    return eps, metas[0]
+
+
+def _check_pooled(paths: list[str], metas: list[dict[str, Any]]) -> None:
+    """Files pooled into one dataset must describe the same setup and different episodes."""
+    for key in ("env", "task", "control_mode", "obs_mode"):
+        values = {str(m.get(key)) for m in metas}
+        if len(values) > 1:
+            raise ConfigError(f"algo.dataset pools files with different {key}: "
+                              + ", ".join(f"'{p}' {m.get(key)!r}" for p, m in zip(paths, metas)) + "; pool one setup")
+    spans = [(int(m["seed"]), int(m["seed"]) + int(m.get("attempts", m.get("num_episodes", 0))), p)
+             for p, m in zip(paths, metas) if isinstance(m.get("seed"), int)]
+    for i, (lo, hi, p) in enumerate(spans):
+        for lo2, hi2, p2 in spans[i + 1:]:
+            if lo < hi2 and lo2 < hi:
+                raise ConfigError(f"algo.dataset pools '{p}' (seeds {lo}..{hi - 1}) and '{p2}' (seeds {lo2}..{hi2 - 1}): "
+                                  "the same episodes twice; generate the second with a disjoint --seed")
 
 
 def flatten(eps: list[Any], obs_keys: list[str], horizon: int = 1) -> DemoArrays:
