@@ -124,6 +124,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
         ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
         policy.eval()
+        if args.stochastic:  # the same --seed draws the same action noise: reproducible sampled evaluations
+            torch.manual_seed(args.seed)
         res = evaluate_policy(env, policy, args.episodes, seed=args.seed, deterministic=not args.stochastic,
                               record_video=not args.no_video)
     finally:
@@ -308,7 +310,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
-                             beta=args.beta)
+                             beta=args.beta, stochastic=args.stochastic)
     print(json.dumps(out, indent=2))
     return 0
 
@@ -445,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--tau", type=float, default=None, help="with --mode gated: the gate threshold (default: the fitted one)")
     se.add_argument("--beta", type=float, default=None,
                     help="steering scale (default: the fitted one; > 1 extrapolates the advantage shift, like guidance)")
+    se.add_argument("--stochastic", action="store_true",
+                    help="start each chunk from Gaussian noise (as deployed and as collected), seeded by --seed; "
+                         "default: from x_0 = 0")
     for q in (sc, se):
         q.add_argument("--num-envs", type=int, default=None)
         q.add_argument("--seed", type=int, default=None)

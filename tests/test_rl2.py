@@ -25,9 +25,9 @@ OBS_SPEC = {"rgb": ArraySpec((1, 32, 32, 3), "uint8"), "state": ArraySpec((5,), 
 ACT = ArraySpec((7,), "float32", -1.0, 1.0)
 
 
-def _steered(tau: float, seed: int = 0, baseline: bool = False) -> SteeredPi0Policy:
+def _steered(tau: float, seed: int = 0, baseline: bool = False, sampler: str = "sde") -> SteeredPi0Policy:
     torch.manual_seed(seed)
-    base = Pi0Policy(Pi0PolicyConfig(exec_steps=3), OBS_SPEC, ACT)
+    base = Pi0Policy(Pi0PolicyConfig(exec_steps=3, sampler=sampler), OBS_SPEC, ACT)
     s = SteeredPi0Policy(base, SteeringConfig(beta=1.0, tau=tau, baseline=baseline))
     for p in s.head.parameters():  # a "trained" head: non-zero output
         torch.nn.init.normal_(p, std=0.5)
@@ -40,13 +40,19 @@ def _obs(b: int = 4) -> dict:
             "state": torch.from_numpy(rng.normal(size=(b, 5)).astype(np.float32)), "instruction": ["pick"] * b}
 
 
-def test_closed_gate_is_the_frozen_vla_bit_for_bit():
-    s = _steered(tau=1.1)  # p_fail <= 1 < tau: never steer
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_closed_gate_is_the_frozen_vla_bit_for_bit(deterministic):
+    s = _steered(tau=1.1, sampler="ode")  # p_fail <= 1 < tau: never steer; ode = the base's deployed sampler
     obs = _obs()
-    with torch.no_grad():
-        base = s.base.act(obs, deterministic=True).actions
-        out = s.act(obs, deterministic=True)
+    with torch.no_grad():  # sampled: the same seed draws the same x_0, so "off" is the deployed base exactly
+        torch.manual_seed(7)
+        base = s.base.act(obs, deterministic=deterministic).actions
+        torch.manual_seed(7)
+        out = s.act(obs, deterministic=deterministic)
+        torch.manual_seed(8)
+        other = s.act(obs, deterministic=deterministic).actions
     assert torch.equal(out.actions, base) and not out.extras["steered"].any()
+    assert torch.equal(other, base) == deterministic  # x_0 = 0 ignores the seed; sampling does not
 
 
 def test_open_gate_steers_only_the_gated_envs():

@@ -264,9 +264,11 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, b
 
 def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gated", seed: int = 10_000,
              num_envs: int | None = None, overrides: list[str] | None = None, tau: float | None = None,
-             beta: float | None = None) -> dict[str, Any]:
+             beta: float | None = None, stochastic: bool = False) -> dict[str, Any]:
     """Success of the steered policy: ``gated`` (the saved tau, or ``tau``), ``always`` or ``off``;
-    ``beta`` overrides the fitted steering scale."""
+    ``beta`` overrides the fitted steering scale. ``stochastic`` starts each chunk's ODE from Gaussian
+    noise, as pi0 is deployed (and as ``collect`` logs), instead of from x_0 = 0; torch is seeded with
+    ``seed`` so the three modes draw the same noise stream (common random numbers)."""
     from robo_rl.runners.evaluate import evaluate_policy
 
     taus = {"gated": tau, "always": -1.0, "off": 2.0}
@@ -279,8 +281,10 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
     model = load_steered(checkpoint, steering_dir, taus[mode], beta)
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
     try:
-        res = evaluate_policy(env, model, episodes, seed=seed, deterministic=True)
+        if stochastic:
+            torch.manual_seed(seed)
+        res = evaluate_policy(env, model, episodes, seed=seed, deterministic=not stochastic)
     finally:
         env.close()
-    return {"mode": mode, "tau": model.cfg.tau, "beta": model.cfg.beta, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
+    return {"mode": mode, "stochastic": stochastic, "tau": model.cfg.tau, "beta": model.cfg.beta, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
             **res.as_dict()}
