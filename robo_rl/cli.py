@@ -306,7 +306,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
     elif args.steer_command == "fit":
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
                         baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature,
-                        shared_head=not args.two_heads)
+                        shared_head=not args.two_heads, gae_lambda=args.gae_lambda)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
@@ -431,8 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--beta", type=float, default=1.0)
     sf.add_argument("--tau", type=_tau_arg, default=0.5,
                     help="gate threshold on p_fail, or 'auto' (the held-out Youden-optimal threshold)")
-    sf.add_argument("--advantage", choices=["value", "return"], default="value",
-                    help="return-to-go minus a fitted value baseline (default), or the standardized return-to-go")
+    sf.add_argument("--advantage", choices=["value", "gae", "return"], default="value",
+                    help="return-to-go minus a fitted value baseline (default), GAE(lambda) on that value, "
+                         "or the standardized return-to-go")
+    sf.add_argument("--gae-lambda", type=float, default=0.9, help="GAE lambda of --advantage gae (1 = 'value', 0 = TD)")
     sf.add_argument("--temperature", type=float, default=1.0,
                     help="advantage temperature T of the weights exp(A / T) (advantages are standardized; lower = sharper)")
     sf.add_argument("--no-baseline", action="store_true",

@@ -15,6 +15,7 @@ from robo_rl.algorithms.rl2 import (
     advantage_weights,
     auroc,
     compose,
+    episode_gae,
     youden_threshold,
 )
 from robo_rl.contracts import ArraySpec
@@ -160,6 +161,24 @@ def test_youden_threshold_and_config_checks():
     assert youden_threshold(p, torch.ones(4)) != youden_threshold(p, torch.ones(4))  # nan: one class
     with pytest.raises(ValueError, match="advantage"):
         SteeringConfig(advantage="reward")
+    with pytest.raises(ValueError, match="gae_lambda"):
+        SteeringConfig(advantage="gae", gae_lambda=1.5)
+
+
+def test_episode_gae_from_logged_returns_to_go():
+    # two interleaved-id episodes: rewards (1, 0, 2) and (0, 5); rtg is their reverse cumulative sum
+    rtg = torch.tensor([3.0, 2.0, 2.0, 5.0, 5.0])
+    episode = torch.tensor([0, 0, 0, 1, 1])
+    v = torch.tensor([2.5, 1.0, 1.5, 4.0, 3.0])
+    # lam = 1: the Monte-Carlo advantage rtg - V, exactly
+    assert torch.allclose(episode_gae(rtg, v, episode, 1.0), rtg - v)
+    # lam = 0: one-step TD, r_t + V(o_t+1) - V(o_t), V = 0 after an episode's last call
+    td = torch.tensor([1 + 1.0 - 2.5, 0 + 1.5 - 1.0, 2 - 1.5, 0 + 3.0 - 4.0, 5 - 3.0])
+    assert torch.allclose(episode_gae(rtg, v, episode, 0.0), td)
+    # lam = 0.5 mixes them, and an episode's advantages never see the next episode
+    mid = episode_gae(rtg, v, episode, 0.5)
+    assert torch.allclose(mid[2], td[2]) and torch.allclose(mid[1], td[1] + 0.5 * td[2])
+    assert torch.allclose(mid[3:], episode_gae(rtg[3:], v[3:], episode[3:], 0.5))
 
 
 def test_logs_pool_with_distinct_episodes_and_mismatched_logs_are_refused(tmp_path):

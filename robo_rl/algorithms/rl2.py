@@ -23,7 +23,10 @@ difference the advantage weighting makes. By default (``shared_head``) h_w and h
 weighted/unweighted flag input, as classifier-free guidance conditions one denoiser on / off its class:
 their difference is then the flag's effect alone, not the fitting noise of two separately fit nets
 (with two nets, a larger beta hurt monotonically in our measurements). The advantage is the return-to-go minus a value baseline V(o)
-fit on the same logs (``advantage="value"``), or the standardized return-to-go (``"return"``).
+fit on the same logs (``advantage="value"``, a Monte-Carlo advantage), GAE(lambda) on the same value
+(``"gae"``: per-call rewards are the return-to-go's differences; lambda < 1 trades the variance of all later
+calls' sampled noise for the value's bias, which matters because one chunk moves the return little), or the
+standardized return-to-go (``"return"``).
 
 The failure predictor p_fail is a classifier on the prefix features trained on the same logs (label:
 the episode failed); its AUROC is reported.
@@ -37,6 +40,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from robo_rl.algorithms.advantages import gae
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,18 @@ class SteeringConfig:
     baseline: bool = True
     """Steer with the advantage shift only: v_phi = h_w - h_1 (see the module docstring)."""
     advantage: str = "value"
-    """"value": return-to-go minus a fitted V(o); "return": the standardized return-to-go."""
+    """"value": return-to-go minus a fitted V(o); "gae": GAE(gae_lambda) on that V; "return": the
+    standardized return-to-go."""
+    gae_lambda: float = 0.9
+    """GAE lambda of ``advantage="gae"`` (1 = the "value" advantage, 0 = one-step TD)."""
     shared_head: bool = True
     """With ``baseline``: h_w and h_1 are one network with a weighted/unweighted flag (False: two nets)."""
 
     def __post_init__(self) -> None:
-        if self.advantage not in ("value", "return"):
-            raise ValueError(f"SteeringConfig.advantage={self.advantage!r}; choose 'value' or 'return'")
+        if self.advantage not in ("value", "gae", "return"):
+            raise ValueError(f"SteeringConfig.advantage={self.advantage!r}; choose 'value', 'gae' or 'return'")
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError(f"SteeringConfig.gae_lambda={self.gae_lambda}: GAE lambda is in [0, 1]")
         if not self.temperature > 0:
             raise ValueError(f"SteeringConfig.temperature={self.temperature}: the advantage temperature must be > 0")
 
@@ -156,6 +166,24 @@ def awfm_loss(v_vla: torch.Tensor, v_phi: torch.Tensor, noise: torch.Tensor, act
     err = (v_vla.detach() + beta * v_phi - (noise - actions)) ** 2 * mask
     per_row = err.flatten(1).sum(-1) / mask.flatten(1).sum(-1).clamp_min(1.0)
     return (weights * per_row).sum() / weights.sum().clamp_min(1e-8)
+
+
+def episode_gae(rtg: torch.Tensor, values: torch.Tensor, episode: torch.Tensor, lam: float) -> torch.Tensor:
+    """GAE(lam) advantages (N,) of logged calls from their undiscounted return-to-go (N,) and V(o) (N,) in
+    the same units; ``episode`` (N,) ids, each episode's rows in time order. The reward of a call is
+    rtg_t - rtg_{t+1} (its last call: rtg), and an episode's end is terminal (V = 0 after it), so lam = 1
+    gives rtg - V exactly."""
+    adv = torch.empty_like(values)
+    for e in torch.unique(episode):
+        rows = torch.nonzero(episode == e).flatten()
+        g, v = rtg[rows].float(), values[rows].float()
+        rew = g - torch.cat([g[1:], g.new_zeros(1)])
+        nxt = torch.cat([v[1:], v.new_zeros(1)])
+        end = torch.zeros(len(rows), 1, dtype=torch.bool)
+        end[-1] = True
+        a, _ = gae(rew[:, None], v[:, None], nxt[:, None], end, torch.zeros_like(end), 1.0, lam)
+        adv[rows] = a[:, 0].to(adv.dtype)
+    return adv
 
 
 def youden_threshold(probs: torch.Tensor, labels: torch.Tensor) -> float:

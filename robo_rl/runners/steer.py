@@ -160,7 +160,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     """
     from safetensors.torch import save_file
 
-    from robo_rl.algorithms.rl2 import SteeringConfig, ValueBaseline, auroc, youden_threshold
+    from robo_rl.algorithms.rl2 import SteeringConfig, ValueBaseline, auroc, episode_gae, youden_threshold
     from vla.pi0.steer import SteeredPi0Policy
 
     if tau != "auto" and not isinstance(tau, (int, float)):
@@ -189,14 +189,18 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     pooled = _pooled(model, data)
     _fit_features(model.fail, pooled, failed, train_idx, torch.nn.BCEWithLogitsLoss(), steps, lr, rng)
     value_ev: dict[str, float] = {}
-    if cfg.advantage == "value":
+    if cfg.advantage in ("value", "gae"):
         value = ValueBaseline(pooled.shape[1], cfg.hidden)
         _fit_features(value, pooled, ret, train_idx, torch.nn.MSELoss(), steps, lr, rng)
         with torch.no_grad():
             v = value(pooled)
         value_ev = {"value_ev_train": _explained_variance(v[train_idx], ret[train_idx]),
                     "value_ev_val": _explained_variance(v[val_idx], ret[val_idx]) if len(val_idx) else float("nan")}
-        adv = ret - v
+        if cfg.advantage == "gae":  # in return-to-go units: V_rtg = std * V + mean
+            v_rtg = v * (rtg[train_idx].std() + 1e-6) + rtg[train_idx].mean()
+            adv = episode_gae(rtg, v_rtg, torch.from_numpy(data["episode"]), cfg.gae_lambda)
+        else:
+            adv = ret - v
     else:
         adv = ret
     adv = adv / (adv[train_idx].std() + 1e-6)
