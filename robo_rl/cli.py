@@ -306,7 +306,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
     elif args.steer_command == "fit":
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
                         baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature,
-                        shared_head=not args.two_heads, gae_lambda=args.gae_lambda)
+                        shared_head=not args.two_heads, gae_lambda=args.gae_lambda, head=args.head)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
@@ -434,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--advantage", choices=["value", "gae", "return"], default="value",
                     help="return-to-go minus a fitted value baseline (default), GAE(lambda) on that value, "
                          "or the standardized return-to-go")
+    sf.add_argument("--head", choices=["flow", "mean"], default="flow",
+                    help="flow: velocity head on the action expert's latents (flow matching); mean: advantage shift of "
+                         "the chunk's mean on the pooled prefix, applied as a constant velocity")
     sf.add_argument("--gae-lambda", type=float, default=0.9, help="GAE lambda of --advantage gae (1 = 'value', 0 = TD)")
     sf.add_argument("--temperature", type=float, default=1.0,
                     help="advantage temperature T of the weights exp(A / T) (advantages are standardized; lower = sharper)")

@@ -135,9 +135,17 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
                    "--steps", "10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "auroc_train" in json.loads(proc.stdout)
+    proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "steering_mean"),
+                   "--steps", "10", "--head", "mean", "--advantage", "gae", "--gae-lambda", "0.5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["config"] | {"head": "mean", "advantage": "gae", "gae_lambda": 0.5} == \
+        json.loads(proc.stdout)["config"]
+    proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering_mean"),
+                   "--episodes", "2", "--num-envs", "2", "--mode", "always")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["steered_fraction"] == 1.0, proc.stderr[-3000:]
     # 4 episodes: the held-out split is one episode, one class: --tau auto is refused before any training
     for bad, fragment in ((["--tau", "auto"], "held-out episodes"), (["--tau", "1.5"], "not a probability"),
-                          (["--temperature", "0"], "temperature must be > 0")):
+                          (["--temperature", "0"], "temperature must be > 0"), (["--gae-lambda", "2"], "GAE lambda")):
         proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "auto"), *bad)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "auto").exists()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from robo_rl.algorithms.rl2 import (
+    MeanShiftHead,
     ShiftHead,
     SteeringConfig,
     VelocityHead,
@@ -161,6 +162,8 @@ def test_youden_threshold_and_config_checks():
     assert youden_threshold(p, torch.ones(4)) != youden_threshold(p, torch.ones(4))  # nan: one class
     with pytest.raises(ValueError, match="advantage"):
         SteeringConfig(advantage="reward")
+    with pytest.raises(ValueError, match="head"):
+        SteeringConfig(head="critic")
     with pytest.raises(ValueError, match="gae_lambda"):
         SteeringConfig(advantage="gae", gae_lambda=1.5)
 
@@ -199,3 +202,43 @@ def test_logs_pool_with_distinct_episodes_and_mismatched_logs_are_refused(tmp_pa
         load_logs([write("a.npz", 2), write("c.npz", 1, size=16)])
     with pytest.raises(ConfigError, match="does not exist"):
         load_logs([str(tmp_path / "nope.npz")])
+
+
+def _fit_mean(s: SteeredPi0Policy, obs: dict, actions: torch.Tensor, adv: torch.Tensor, steps: int) -> None:
+    with torch.no_grad():
+        pooled = s.base.prefix(obs)[0].pooled
+    target, valid = s.normalized_chunks(actions)
+    w = advantage_weights(adv, 1.0, 20.0)
+    opt = torch.optim.Adam(s.head.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = s.head.loss(pooled, target, w, valid)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("signal", [False, True])
+def test_mean_shift_head_moves_actions_only_by_the_advantage(signal):
+    """The same observation logged with a +0.6 chunk and a -0.6 chunk. Equal advantages: m_w = m_1 exactly
+    (each has learned a non-zero mean), so always-on steering is the base bit for bit. Advantage +1 / -1:
+    the steered executed actions move up from the base's, and the unexecuted part of the chunk is untouched."""
+    torch.manual_seed(0)
+    s = SteeredPi0Policy(Pi0Policy(Pi0PolicyConfig(exec_steps=3), OBS_SPEC, ACT),
+                         SteeringConfig(beta=1.0, tau=-0.1, head="mean"))
+    assert isinstance(s.head, MeanShiftHead)
+    obs = {k: (v[:1].repeat(16, *[1] * (v.dim() - 1)) if torch.is_tensor(v) else v[:1] * 16) for k, v in _obs(1).items()}
+    actions = torch.cat([torch.full((8, 3, 7), 0.6), torch.full((8, 3, 7), -0.6)])
+    adv = torch.cat([torch.ones(8), -torch.ones(8)]) if signal else torch.zeros(16)
+    _fit_mean(s, obs, actions, adv, steps=100)
+    one = {k: v[:1] for k, v in obs.items()}
+    with torch.no_grad():
+        pooled = s.base.prefix(one)[0].pooled
+        assert s.head.mean(pooled, -1.0).abs().max() > 1e-3
+        shift = s.head.shift(pooled)
+        assert torch.equal(shift[:, 3:], torch.zeros_like(shift[:, 3:])) and torch.equal(shift[..., 7:], shift[..., 7:] * 0)
+        base = s.base.act(one, deterministic=True).actions
+        steered = s.act(one, deterministic=True).actions
+    if signal:
+        assert (steered - base).mean() > 0.05, float((steered - base).mean())
+    else:
+        assert torch.equal(shift, torch.zeros_like(shift)) and torch.equal(steered, base)

@@ -67,10 +67,16 @@ class SteeringConfig:
     """GAE lambda of ``advantage="gae"`` (1 = the "value" advantage, 0 = one-step TD)."""
     shared_head: bool = True
     """With ``baseline``: h_w and h_1 are one network with a weighted/unweighted flag (False: two nets)."""
+    head: str = "flow"
+    """"flow": v_phi(x_t, t, z) on the action expert's latents, fit by (advantage-shift) flow matching;
+    "mean": the advantage shift of the chunk's mean on the pooled prefix, v_phi = -(m_w - m_1) at every step
+    (``MeanShiftHead``)."""
 
     def __post_init__(self) -> None:
         if self.advantage not in ("value", "gae", "return"):
             raise ValueError(f"SteeringConfig.advantage={self.advantage!r}; choose 'value', 'gae' or 'return'")
+        if self.head not in ("flow", "mean"):
+            raise ValueError(f"SteeringConfig.head={self.head!r}; choose 'flow' or 'mean'")
         if not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"SteeringConfig.gae_lambda={self.gae_lambda}: GAE lambda is in [0, 1]")
         if not self.temperature > 0:
@@ -129,6 +135,42 @@ class ShiftHead(nn.Module):
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return self.weighted(x, t, z) - self.reference(x, t, z)
+
+
+class MeanShiftHead(nn.Module):
+    """The "mean" steering head: advantage-weighted regression of the logged chunk's mean, m_w(f), and the
+    plain regression m_1(f), one MLP on the pooled prefix f (B, F) with a +1 / -1 flag input whose weights
+    start at zero (as ``ShiftHead``: equal weights leave m_w = m_1 exactly). Its velocity is constant over
+    the denoising steps, v_phi = -(m_w - m_1) (B, T, A), so the ODE's Euler steps (dt summing to -1) add
+    +beta * (m_w - m_1) to the chunk, before the frozen field's response. Regressing the clean chunk has
+    none of flow matching's noise-target variance, which buried the shift in the velocity head's fit.
+    ``mask`` (T, A) keeps the executed steps' real action dims (the rest stays exactly 0)."""
+
+    def __init__(self, features: int, mask: torch.Tensor, hidden: int) -> None:
+        super().__init__()
+        self.register_buffer("mask", mask.float(), persistent=False)
+        t, a = mask.shape
+        self.net = nn.Sequential(nn.Linear(features + 1, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
+                                 nn.Linear(hidden, t * a))
+        with torch.no_grad():
+            self.net[0].weight[:, features].zero_()  # the flag's column
+
+    def mean(self, f: torch.Tensor, flag: float) -> torch.Tensor:
+        """m_w (flag +1) or m_1 (flag -1): (B, T, A) predicted normalized chunk."""
+        x = torch.cat([f.float(), torch.full_like(f[:, :1], flag, dtype=torch.float32)], -1)
+        return self.net(x).view(f.shape[0], *self.mask.shape) * self.mask
+
+    def shift(self, f: torch.Tensor) -> torch.Tensor:
+        """m_w - m_1 (B, T, A)."""
+        return self.mean(f, 1.0) - self.mean(f, -1.0)
+
+    def loss(self, f: torch.Tensor, actions: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Weighted MSE of m_w plus plain MSE of m_1 to the normalized chunks ``actions`` (B, T, A);
+        ``valid`` (B, T, A) marks real elements."""
+        def mse(pred: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            per_row = ((pred - actions) ** 2 * valid).flatten(1).sum(-1) / valid.flatten(1).sum(-1).clamp_min(1.0)
+            return (w * per_row).sum() / w.sum().clamp_min(1e-8)
+        return mse(self.mean(f, 1.0), weights) + mse(self.mean(f, -1.0), torch.ones_like(weights))
 
 
 class FailurePredictor(nn.Module):

@@ -4,7 +4,8 @@ collect: roll out the frozen base policy (its stochastic sampler) and log, per p
 observation, the executed chunk (E, A), the return-to-go over the rest of the episode and whether the
 episode failed (``np.savez``, written atomically). fit: train the failure predictor (BCE on "this
 episode failed") and the latent velocity head (advantage-weighted flow matching, advantage = the
-return-to-go minus a fitted value baseline, or the standardized return-to-go) on those logs; the
+return-to-go minus a fitted value baseline, GAE(lambda) on that baseline, or the standardized return-to-go)
+on those logs; the
 held-out AUROC of the predictor is reported; the heads are saved with the base checkpoint's path. eval: success with 95% CIs of the base
 policy with steering gated on predicted failure, always on, or off.
 
@@ -134,13 +135,16 @@ def _pooled(model: Any, data: dict[str, np.ndarray], chunk: int = 64) -> torch.T
                       for s in range(0, n, chunk)])
 
 
-def _fit_features(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, idx: np.ndarray, loss_fn: Any, steps: int,
+def _fit_features(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor | tuple[torch.Tensor, ...], idx: np.ndarray, loss_fn: Any, steps: int,
                   lr: float, rng: np.random.Generator, batch_size: int = 256) -> None:
     """Minibatch Adam on cached features: ``net(x[i]) ~ y[i]`` over rows ``idx``."""
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     for _ in range(steps):
         b = torch.from_numpy(rng.choice(idx, size=min(batch_size, len(idx)), replace=False))
-        loss = loss_fn(net(x[b]), y[b])
+        if isinstance(y, tuple):  # the mean-shift head: (targets, masks, weights) -> its own loss
+            loss = net.loss(x[b], *(part[b] for part in y))
+        else:
+            loss = loss_fn(net(x[b]), y[b])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -154,13 +158,20 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         val_fraction: float = 0.2, seed: int = 0, tau: float | str = 0.5, **steering: Any) -> dict[str, Any]:
     """Train the steering head and the failure predictor on a collected log; save them to ``out``.
 
-    The failure predictor (and, with ``advantage="value"``, the value baseline) learn on the pooled prefix
+    The failure predictor (and, with ``advantage="value"`` or ``"gae"``, the value baseline) learn on the pooled prefix
     features, computed once; the velocity head then learns by advantage-weighted flow matching. Episodes
     are split into train / held-out; ``tau="auto"`` sets the gate at the held-out Youden-optimal threshold.
     """
     from safetensors.torch import save_file
 
-    from robo_rl.algorithms.rl2 import SteeringConfig, ValueBaseline, auroc, episode_gae, youden_threshold
+    from robo_rl.algorithms.rl2 import (
+        SteeringConfig,
+        ValueBaseline,
+        advantage_weights,
+        auroc,
+        episode_gae,
+        youden_threshold,
+    )
     from vla.pi0.steer import SteeredPi0Policy
 
     if tau != "auto" and not isinstance(tau, (int, float)):
@@ -205,8 +216,15 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         adv = ret
     adv = adv / (adv[train_idx].std() + 1e-6)
 
+    if cfg.head == "mean":  # on the cached prefix features: cheap, so full batches of 256
+        target, valid = model.normalized_chunks(torch.from_numpy(data["actions"]))
+        w_all = advantage_weights(adv, cfg.temperature, cfg.max_weight)
+        _fit_features(model.head, pooled, (target, w_all, valid), train_idx, None, steps, lr, rng)
+        steps_v = 0
+    else:
+        steps_v = steps
     opt = torch.optim.Adam(model.head.parameters(), lr=lr)
-    for step in range(steps):
+    for step in range(steps_v):
         idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
         loss_v = model.steering_loss(_batch(data, idx), torch.from_numpy(data["actions"][idx]), adv[idx])
         opt.zero_grad(set_to_none=True)

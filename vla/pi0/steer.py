@@ -15,6 +15,7 @@ from torch import nn
 
 from robo_rl.algorithms.rl2 import (
     FailurePredictor,
+    MeanShiftHead,
     ShiftHead,
     SteeringConfig,
     VelocityHead,
@@ -35,8 +36,15 @@ class SteeredPi0Policy(nn.Module):
         self.base = base.eval().requires_grad_(False)
         self.cfg = cfg
         arch = base.model.arch
-        self.head: nn.Module = (ShiftHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden, cfg.shared_head)
-                                if cfg.baseline else VelocityHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden))
+        self.head: nn.Module
+        if cfg.head == "mean":
+            mask = torch.zeros(arch.chunk_size, arch.max_action_dim)
+            mask[: base.exec_steps, : base.action_dim] = 1.0
+            self.head = MeanShiftHead(arch.lm_hidden, mask, cfg.hidden)
+        elif cfg.baseline:
+            self.head = ShiftHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden, cfg.shared_head)
+        else:
+            self.head = VelocityHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden)
         self.fail = FailurePredictor(arch.lm_hidden, cfg.hidden)
         self.rows_seen = 0  # env rows acted for, and how many of them were steered (g = 1)
         self.rows_steered = 0
@@ -58,10 +66,12 @@ class SteeredPi0Policy(nn.Module):
         self.rows_seen += b
         self.rows_steered += int(g.sum())
         ts, dt = step_times(arch.num_steps, state.device)
+        mean_head = isinstance(self.head, MeanShiftHead)
+        v_const = -self.head.shift(pre.pooled) if mean_head and bool(g.any()) else None
         for i in range(arch.num_steps):
             t = ts[i].expand(b)
             v, z = base.model.velocity(pre, state, x, t)
-            v_phi = self.head(x, t, z) if bool(g.any()) else None
+            v_phi = v_const if mean_head else (self.head(x, t, z) if bool(g.any()) else None)
             x = x + dt * compose(v, v_phi, g, self.cfg.beta)
         return PolicyOutput(actions=base._unnormalize(x[:, : base.exec_steps]), extras={"steered": g, "p_fail": p_fail})
 
@@ -70,16 +80,11 @@ class SteeredPi0Policy(nn.Module):
         """Advantage-weighted flow matching of the composed velocity on logged chunks ``actions``
         (B, T', A) in env units (``valid`` (B, T') marks real steps), advantages (B,). With a
         ``ShiftHead`` both parts are fit on the same samples: h_w weighted, h_1 unweighted."""
-        base, arch = self.base, self.base.model.arch
+        base = self.base
         with torch.no_grad():
             pre, state = base.prefix(obs)
-            a = torch.as_tensor(actions, dtype=torch.float32, device=state.device)
-            target = torch.zeros(a.shape[0], arch.chunk_size, arch.max_action_dim, device=state.device)
-            target[:, : a.shape[1]] = base.normalize_actions(a)
-            mask = torch.zeros_like(target)
-            rows = torch.ones(a.shape[:2]) if valid is None else torch.as_tensor(valid, dtype=torch.float32)
-            mask[:, : a.shape[1], : base.action_dim] = rows.to(state.device)[..., None]
-            t = torch.rand(a.shape[0], device=state.device)
+            target, mask = (part.to(state.device) for part in self.normalized_chunks(actions, valid))
+            t = torch.rand(target.shape[0], device=state.device)
             noise = torch.randn_like(target)
             x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
             v_vla, z = base.model.velocity(pre, state, x_t, t)
@@ -89,6 +94,18 @@ class SteeredPi0Policy(nn.Module):
                     + awfm_loss(v_vla, self.head.reference(x_t, t, z), noise, target, torch.ones_like(w), mask,
                                 self.cfg.beta))
         return awfm_loss(v_vla, self.head(x_t, t, z), noise, target, w, mask, self.cfg.beta)
+
+    def normalized_chunks(self, actions: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logged chunks (B, T', A) in env units -> (normalized chunks, mask), both (B, T, A_max), padded
+        with zeros; ``valid`` (B, T') marks real steps."""
+        base, arch = self.base, self.base.model.arch
+        a = torch.as_tensor(actions, dtype=torch.float32)
+        target = torch.zeros(a.shape[0], arch.chunk_size, arch.max_action_dim)
+        target[:, : a.shape[1]] = base.normalize_actions(a)
+        mask = torch.zeros_like(target)
+        rows = torch.ones(a.shape[:2]) if valid is None else torch.as_tensor(valid, dtype=torch.float32)
+        mask[:, : a.shape[1], : base.action_dim] = rows[..., None]
+        return target, mask
 
     def reset(self, env_ids: Any = None) -> None:
         """Stateless: nothing to clear."""
