@@ -4,9 +4,9 @@ collect: roll out the frozen base policy (its stochastic sampler) and log, per p
 observation, the executed chunk (E, A), the return-to-go over the rest of the episode and whether the
 episode failed (``np.savez``, written atomically). fit: train the failure predictor (BCE on "this
 episode failed") and the latent velocity head (advantage-weighted flow matching, advantage = the
-return-to-go minus a fitted value baseline, GAE(lambda) on that baseline, or the standardized return-to-go)
-on those logs; the
-held-out AUROC of the predictor is reported; the heads are saved with the base checkpoint's path. eval: success with 95% CIs of the base
+return-to-go minus a fitted value baseline, GAE(lambda) on that baseline, or the standardized return-to-go;
+or, with ``--head mean``, the advantage shift of the chunk's mean) on those logs; the held-out AUROC of the
+predictor is reported; the heads are saved with the base checkpoint's path. eval: success with 95% CIs of the base
 policy with steering gated on predicted failure, always on, or off.
 
 Env overrides (``env.key=value``) let collect and eval run on a variation of the training task (e.g.
@@ -135,16 +135,13 @@ def _pooled(model: Any, data: dict[str, np.ndarray], chunk: int = 64) -> torch.T
                       for s in range(0, n, chunk)])
 
 
-def _fit_features(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor | tuple[torch.Tensor, ...], idx: np.ndarray, loss_fn: Any, steps: int,
-                  lr: float, rng: np.random.Generator, batch_size: int = 256) -> None:
-    """Minibatch Adam on cached features: ``net(x[i]) ~ y[i]`` over rows ``idx``."""
+def _fit_features(net: torch.nn.Module, idx: np.ndarray, batch_loss: Any, steps: int, lr: float,
+                  rng: np.random.Generator, batch_size: int = 256) -> None:
+    """Minibatch Adam on ``net``'s parameters over rows ``idx`` of cached features: ``batch_loss(rows)``
+    is the loss of one minibatch of row indices."""
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     for _ in range(steps):
-        b = torch.from_numpy(rng.choice(idx, size=min(batch_size, len(idx)), replace=False))
-        if isinstance(y, tuple):  # the mean-shift head: (targets, masks, weights) -> its own loss
-            loss = net.loss(x[b], *(part[b] for part in y))
-        else:
-            loss = loss_fn(net(x[b]), y[b])
+        loss = batch_loss(torch.from_numpy(rng.choice(idx, size=min(batch_size, len(idx)), replace=False)))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -198,11 +195,12 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     ret = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
 
     pooled = _pooled(model, data)
-    _fit_features(model.fail, pooled, failed, train_idx, torch.nn.BCEWithLogitsLoss(), steps, lr, rng)
+    bce, mse = torch.nn.BCEWithLogitsLoss(), torch.nn.MSELoss()
+    _fit_features(model.fail, train_idx, lambda b: bce(model.fail(pooled[b]), failed[b]), steps, lr, rng)
     value_ev: dict[str, float] = {}
     if cfg.advantage in ("value", "gae"):
         value = ValueBaseline(pooled.shape[1], cfg.hidden)
-        _fit_features(value, pooled, ret, train_idx, torch.nn.MSELoss(), steps, lr, rng)
+        _fit_features(value, train_idx, lambda b: mse(value(pooled[b]), ret[b]), steps, lr, rng)
         with torch.no_grad():
             v = value(pooled)
         value_ev = {"value_ev_train": _explained_variance(v[train_idx], ret[train_idx]),
@@ -216,22 +214,20 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         adv = ret
     adv = adv / (adv[train_idx].std() + 1e-6)
 
-    if cfg.head == "mean":  # on the cached prefix features: cheap, so full batches of 256
-        target, valid = model.normalized_chunks(torch.from_numpy(data["actions"]))
-        w_all = advantage_weights(adv, cfg.temperature, cfg.max_weight)
-        _fit_features(model.head, pooled, (target, w_all, valid), train_idx, None, steps, lr, rng)
-        steps_v = 0
+    if cfg.head == "mean":  # on the cached prefix features: cheap, so batches of 256
+        chunks, valid = model.normalized_chunks(torch.from_numpy(data["actions"]))
+        w = advantage_weights(adv, cfg.temperature, cfg.max_weight)
+        _fit_features(model.head, train_idx, lambda b: model.head.loss(pooled[b], chunks[b], w[b], valid[b]), steps, lr, rng)
     else:
-        steps_v = steps
-    opt = torch.optim.Adam(model.head.parameters(), lr=lr)
-    for step in range(steps_v):
-        idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
-        loss_v = model.steering_loss(_batch(data, idx), torch.from_numpy(data["actions"][idx]), adv[idx])
-        opt.zero_grad(set_to_none=True)
-        loss_v.backward()
-        opt.step()
-        if step % 100 == 0:
-            log.info("steer fit step %d: velocity %.4f", step, float(loss_v))
+        opt = torch.optim.Adam(model.head.parameters(), lr=lr)
+        for step in range(steps):
+            idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
+            loss_v = model.steering_loss(_batch(data, idx), torch.from_numpy(data["actions"][idx]), adv[idx])
+            opt.zero_grad(set_to_none=True)
+            loss_v.backward()
+            opt.step()
+            if step % 100 == 0:
+                log.info("steer fit step %d: velocity %.4f", step, float(loss_v))
 
     with torch.no_grad():
         scores = model.fail(pooled)
