@@ -179,9 +179,9 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), **steering)
     except ValueError as err:
         raise ConfigError(f"steer fit: {err}") from None
+    torch.manual_seed(seed)  # before the heads are built: their initialization is part of the fit
     model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
     rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
     eps = np.unique(data["episode"])
     val_eps = set(rng.permutation(eps)[: max(1, int(round(len(eps) * val_fraction)))].tolist()) if len(eps) > 1 else set()
     is_val = np.array([e in val_eps for e in data["episode"]])
