@@ -302,11 +302,13 @@ def cmd_steer(args: argparse.Namespace) -> int:
     from robo_rl.runners import steer
 
     if args.steer_command == "collect":
-        out = steer.collect(args.checkpoint, args.episodes, args.out, args.num_envs, args.seed or 0, args.overrides)
+        out = steer.collect(args.checkpoint, args.episodes, args.out, args.num_envs, args.seed or 0, args.overrides,
+                            explore=args.explore, explore_per=args.explore_per)
     elif args.steer_command == "fit":
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
                         baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature,
-                        shared_head=not args.two_heads, gae_lambda=args.gae_lambda, head=args.head)
+                        shared_head=not args.two_heads, gae_lambda=args.gae_lambda, head=args.head,
+                        returns=args.returns)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
@@ -423,6 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("checkpoint", help="run directory or checkpoint of a pi0 policy")
     sc.add_argument("--episodes", type=int, default=100)
     sc.add_argument("--out", required=True, help="output .npz log")
+    sc.add_argument("--explore", type=float, default=0.0,
+                    help="std of an action offset in normalized units added to the base's actions (0: the base as is)")
+    sc.add_argument("--explore-per", choices=["episode", "call"], default="episode",
+                    help="hold the --explore offset for a whole episode (default) or redraw it every call")
     sf = ssub.add_parser("fit", help="train the latent velocity head and the failure predictor on a log")
     sf.add_argument("checkpoint")
     sf.add_argument("--log", required=True, nargs="+", help="one or more logs from 'steer collect' (pooled)")
@@ -434,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--advantage", choices=["value", "gae", "return"], default="value",
                     help="return-to-go minus a fitted value baseline (default), GAE(lambda) on that value, "
                          "or the standardized return-to-go")
+    sf.add_argument("--returns", choices=["success", "dense"], default="success",
+                    help="what the advantages rank: 1[episode succeeded] (default), or the logged dense return-to-go "
+                         "(only where episodes do not end on success: there a dense return ranks success below failure)")
     sf.add_argument("--head", choices=["flow", "mean"], default="flow",
                     help="flow: velocity head on the action expert's latents (flow matching); mean: advantage shift of "
                          "the chunk's mean on the pooled prefix, applied as a constant velocity")

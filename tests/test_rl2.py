@@ -17,6 +17,7 @@ from robo_rl.algorithms.rl2 import (
     auroc,
     compose,
     episode_gae,
+    task_returns,
     youden_threshold,
 )
 from robo_rl.contracts import ArraySpec
@@ -166,6 +167,26 @@ def test_youden_threshold_and_config_checks():
         SteeringConfig(head="critic")
     with pytest.raises(ValueError, match="gae_lambda"):
         SteeringConfig(advantage="gae", gae_lambda=1.5)
+    with pytest.raises(ValueError, match="returns"):
+        SteeringConfig(returns="shaped")
+
+
+def test_success_returns_rank_an_early_success_above_a_long_failure():
+    """Terminate-on-success: the successful episode (2 calls, shaped rewards 1, 1) has a smaller dense
+    return-to-go than the failure that runs to the time limit (4 calls of 0.8), so dense advantages against a
+    shared value point away from success; the success return ranks them the right way round."""
+    rtg = torch.tensor([2.0, 1.0, 3.2, 2.4, 1.6, 0.8])
+    failed = torch.tensor([False, False, True, True, True, True])
+    episode = torch.tensor([0, 0, 1, 1, 1, 1])
+    dense, success = task_returns(rtg, failed, "dense"), task_returns(rtg, failed, "success")
+    assert torch.equal(dense, rtg) and dense[0] < dense[2]
+    assert torch.equal(success, torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0]))
+    v = torch.full((6,), 0.5)  # a value that cannot tell the two apart
+    for lam in (0.5, 0.9, 1.0):  # (lam = 0 with a constant V credits only each episode's last call)
+        adv = episode_gae(success, v, episode, lam)
+        assert (adv[:2] > 0).all() and (adv[2:] < 0).all()
+    with pytest.raises(ValueError, match="returns"):
+        task_returns(rtg, failed, "shaped")
 
 
 def test_episode_gae_from_logged_returns_to_go():
@@ -242,3 +263,21 @@ def test_mean_shift_head_moves_actions_only_by_the_advantage(signal):
         assert (steered - base).mean() > 0.05, float((steered - base).mean())
     else:
         assert torch.equal(shift, torch.zeros_like(shift)) and torch.equal(steered, base)
+
+
+def test_action_exploration_holds_an_offset_per_episode_or_redraws_it_per_call():
+    from robo_rl.runners.steer import ActionExploration
+
+    chunk = torch.zeros(2, 3, 4)  # (B, T, A): the offset is the same at every executed step of a chunk
+    held = ActionExploration(np.array([1.0, 1.0, 0.0, 2.0]), num_envs=2, per="episode", seed=0)
+    a1, a2 = held.perturb(chunk), held.perturb(chunk)
+    assert torch.equal(a1, a2) and torch.equal(a1[:, 0], a1[:, 2]) and (a1[..., 2] == 0).all()
+    assert not torch.equal(a1[0], a1[1])  # each env its own offset
+    held.episode_done(1)  # env 1's episode ended: only its offset is redrawn
+    a3 = held.perturb(chunk)
+    assert torch.equal(a3[0], a1[0]) and not torch.equal(a3[1], a1[1])
+    per_call = ActionExploration(np.ones(4), num_envs=2, per="call", seed=0)
+    assert not torch.equal(per_call.perturb(chunk), per_call.perturb(chunk))
+    big = ActionExploration(np.array([0.5, 2.0]), num_envs=4000, per="episode", seed=1).perturb(torch.zeros(4000, 2))
+    assert big.std(0).numpy() == pytest.approx([0.5, 2.0], rel=0.05)
+    assert torch.equal(ActionExploration(np.zeros(2), 3, "call", 0).perturb(torch.ones(3, 2)), torch.ones(3, 2))

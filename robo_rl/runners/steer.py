@@ -52,12 +52,47 @@ def _flow_policy(checkpoint: str) -> Any:
     return policy
 
 
+class ActionExploration:
+    """Offsets delta ~ N(0, diag(scale^2)) (num_envs, A) added to a policy's env-unit actions (B, A) or chunks
+    (B, T, A), held per env for its episode (``per="episode"``, redrawn by ``episode_done``) or redrawn every
+    call (``per="call"``); scale = 0 leaves the actions as they are."""
+
+    def __init__(self, scale: np.ndarray, num_envs: int, per: str, seed: int) -> None:
+        self.scale, self.per = np.asarray(scale, np.float32), per
+        self.rng = np.random.default_rng([seed, 1])
+        self.offset = self._draw(num_envs)
+
+    def _draw(self, n: int) -> np.ndarray:
+        return self.rng.standard_normal((n, len(self.scale))).astype(np.float32) * self.scale
+
+    def perturb(self, actions: torch.Tensor) -> torch.Tensor:
+        if self.per == "call":
+            self.offset = self._draw(len(self.offset))
+        delta = torch.from_numpy(self.offset).to(actions.dtype)
+        return actions + delta.view(delta.shape[0], *([1] * (actions.dim() - 2)), -1)
+
+    def episode_done(self, env_id: int) -> None:
+        self.offset[env_id] = self._draw(1)[0]
+
+
 @torch.no_grad()
 def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = None, seed: int = 0,
-            overrides: list[str] | None = None) -> dict[str, Any]:
-    """Log ``episodes`` full episodes of the base policy; returns a summary."""
+            overrides: list[str] | None = None, explore: float = 0.0, explore_per: str = "episode") -> dict[str, Any]:
+    """Log ``episodes`` full episodes of the base policy; returns a summary.
+
+    ``explore`` > 0 adds an offset delta ~ N(0, explore^2) in normalized action units (times the policy's
+    action std in env units) to every executed step, held for a whole episode (``explore_per="episode"``) or
+    redrawn per call (``"call"``); the log holds the executed actions. The frozen base's own sampling noise
+    moves a chunk little (its actions barely vary at one observation), so its logs hold almost no action
+    variation for the advantage weighting to choose from; a held offset explores the systematic corrections
+    an OOD shift needs (one episode, one direction), which per-step noise averages away."""
+    if explore < 0 or explore_per not in ("episode", "call"):
+        raise ConfigError(f"steer collect --explore {explore} --explore-per {explore_per!r}: the scale is >= 0 and the "
+                          "offset is held per 'episode' or per 'call'")
     policy = _flow_policy(checkpoint)
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
+    explorer = ActionExploration(explore * policy.action_std[: policy.action_dim].cpu().numpy(), env.num_envs,
+                                 explore_per, seed)
     rows: list[dict[str, Any]] = []
     open_rows: list[list[int]] = [[] for _ in range(env.num_envs)]
     done_eps, successes = 0, 0
@@ -66,7 +101,7 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
         while done_eps < episodes:
             t_obs = obs_to_torch(obs)
             out_a = policy.act(t_obs)
-            actions = to_env_actions(out_a.actions, env.action_spec)
+            actions = to_env_actions(explorer.perturb(out_a.actions), env.action_spec)
             res = env.step(actions)
             for i in range(env.num_envs):
                 rows.append({"rgb": obs["rgb"][i], "state": obs["state"][i] if "state" in obs else None,
@@ -82,6 +117,7 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
                             rows[r].update(episode=done_eps, rtg=rtg, failed=not ok)
                         done_eps, successes = done_eps + 1, successes + int(ok)
                     open_rows[i] = []
+                    explorer.episode_done(i)
             obs = res.obs
     finally:
         env.close()
@@ -96,7 +132,8 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
-    return {"out": str(path), "episodes": done_eps, "success_rate": successes / max(1, done_eps), "calls": len(kept)}
+    return {"out": str(path), "episodes": done_eps, "success_rate": successes / max(1, done_eps), "calls": len(kept),
+            "explore": explore, "explore_per": explore_per}
 
 
 def load_logs(paths: list[str | Path]) -> dict[str, np.ndarray]:
@@ -167,6 +204,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         advantage_weights,
         auroc,
         episode_gae,
+        task_returns,
         youden_threshold,
     )
     from vla.pi0.steer import SteeredPi0Policy
@@ -191,7 +229,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     if tau == "auto" and failed[calib].min() == failed[calib].max():
         raise ConfigError(f"steer fit --tau auto: the held-out episodes of {', '.join(paths)} are all "
                           f"{'failures' if bool(failed[calib][0]) else 'successes'}; pass a fixed --tau or log more episodes")
-    rtg = torch.from_numpy(data["rtg"])
+    rtg = task_returns(torch.from_numpy(data["rtg"]), failed, cfg.returns)
     ret = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
 
     pooled = _pooled(model, data)
