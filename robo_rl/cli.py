@@ -308,7 +308,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
                         baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature,
                         shared_head=not args.two_heads, gae_lambda=args.gae_lambda, head=args.head,
-                        returns=args.returns)
+                        returns=args.returns, fail_log=args.fail_log)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
@@ -433,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("checkpoint")
     sf.add_argument("--log", required=True, nargs="+", help="one or more logs from 'steer collect' (pooled)")
     sf.add_argument("--out", required=True, help="output steering directory")
+    sf.add_argument("--fail-log", nargs="+", default=None,
+                    help="train the failure predictor (and --tau auto) on these logs instead of --log, e.g. the base's "
+                         "own rollouts when --log holds exploring ones")
     sf.add_argument("--steps", type=int, default=500)
     sf.add_argument("--beta", type=float, default=1.0)
     sf.add_argument("--tau", type=_tau_arg, default=0.5,

@@ -135,7 +135,8 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
                    "--steps", "10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "auroc_train" in json.loads(proc.stdout)
-    # an exploring log (an action offset redrawn every call), pooled with the first for the mean head
+    # an exploring log (an action offset redrawn every call), pooled with the first for the mean head; the failure
+    # predictor on the plain log
     explored = tmp_path / "explored.npz"
     proc = run_cli("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--num-envs", "2",
                    "--explore", "0.5", "--explore-per", "call")
@@ -144,10 +145,10 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert proc.returncode == 2 and "--explore" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), str(explored), "--out",
                    str(tmp_path / "steering_mean"), "--steps", "10", "--head", "mean", "--advantage", "gae",
-                   "--gae-lambda", "0.5", "--returns", "success")
+                   "--gae-lambda", "0.5", "--returns", "success", "--fail-log", str(log))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    fitted = json.loads(proc.stdout)
-    assert fitted["calls"] > 0 and len(fitted["log"]) == 2
+    fitted = json.loads(proc.stdout)  # the gate learns from the plain log alone
+    assert fitted["calls"] > 0 and len(fitted["log"]) == 2 and fitted["fail_log"] == [str(log)]
     assert fitted["config"] | {"head": "mean", "advantage": "gae", "gae_lambda": 0.5, "returns": "success"} == fitted["config"]
     proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering_mean"),
                    "--episodes", "2", "--num-envs", "2", "--mode", "always")

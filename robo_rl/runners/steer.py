@@ -188,9 +188,22 @@ def _explained_variance(pred: torch.Tensor, y: torch.Tensor) -> float:
     return float(1.0 - (y - pred).var() / y.var().clamp_min(1e-12)) if y.numel() > 1 else float("nan")
 
 
+def _episode_split(episode: np.ndarray, val_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, held-out rows) of a log: a ``val_fraction`` of its episodes held out whole."""
+    eps = np.unique(episode)
+    val_eps = set(rng.permutation(eps)[: max(1, int(round(len(eps) * val_fraction)))].tolist()) if len(eps) > 1 else set()
+    is_val = np.array([e in val_eps for e in episode])
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+
+
 def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
-        val_fraction: float = 0.2, seed: int = 0, tau: float | str = 0.5, **steering: Any) -> dict[str, Any]:
+        val_fraction: float = 0.2, seed: int = 0, tau: float | str = 0.5, fail_log: list[str] | None = None,
+        **steering: Any) -> dict[str, Any]:
     """Train the steering head and the failure predictor on a collected log; save them to ``out``.
+
+    ``fail_log``: train the failure predictor (and choose ``tau="auto"``) on these logs instead, e.g. the base's
+    own rollouts when the head learns from exploring ones (``collect --explore``): the gate must predict the
+    *base's* failure, which an exploring log's outcomes do not measure.
 
     The failure predictor (and, with ``advantage="value"`` or ``"gae"``, the value baseline) learn on the pooled prefix
     features, computed once; the velocity head then learns by advantage-weighted flow matching. Episodes
@@ -220,21 +233,23 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     torch.manual_seed(seed)  # before the heads are built: their initialization is part of the fit
     model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
     rng = np.random.default_rng(seed)
-    eps = np.unique(data["episode"])
-    val_eps = set(rng.permutation(eps)[: max(1, int(round(len(eps) * val_fraction)))].tolist()) if len(eps) > 1 else set()
-    is_val = np.array([e in val_eps for e in data["episode"]])
-    train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
+    train_idx, val_idx = _episode_split(data["episode"], val_fraction, rng)
+    fail_paths = [str(p) for p in fail_log] if fail_log else paths
+    fail_data = load_logs(fail_paths) if fail_log else data
+    f_train, f_val = _episode_split(fail_data["episode"], val_fraction, rng) if fail_log else (train_idx, val_idx)
     failed = torch.from_numpy(data["failed"].astype(np.float32))
-    calib = val_idx if len(val_idx) else train_idx  # the rows tau="auto" is chosen on
-    if tau == "auto" and failed[calib].min() == failed[calib].max():
-        raise ConfigError(f"steer fit --tau auto: the held-out episodes of {', '.join(paths)} are all "
-                          f"{'failures' if bool(failed[calib][0]) else 'successes'}; pass a fixed --tau or log more episodes")
+    f_failed = torch.from_numpy(fail_data["failed"].astype(np.float32))
+    calib = f_val if len(f_val) else f_train  # the rows tau="auto" is chosen on
+    if tau == "auto" and f_failed[calib].min() == f_failed[calib].max():
+        raise ConfigError(f"steer fit --tau auto: the held-out episodes of {', '.join(fail_paths)} are all "
+                          f"{'failures' if bool(f_failed[calib][0]) else 'successes'}; pass a fixed --tau or log more episodes")
     rtg = task_returns(torch.from_numpy(data["rtg"]), failed, cfg.returns)
     ret = (rtg - rtg[train_idx].mean()) / (rtg[train_idx].std() + 1e-6)
 
     pooled = _pooled(model, data)
+    f_pooled = _pooled(model, fail_data) if fail_log else pooled
     bce, mse = torch.nn.BCEWithLogitsLoss(), torch.nn.MSELoss()
-    _fit_features(model.fail, train_idx, lambda b: bce(model.fail(pooled[b]), failed[b]), steps, lr, rng)
+    _fit_features(model.fail, f_train, lambda b: bce(model.fail(f_pooled[b]), f_failed[b]), steps, lr, rng)
     value_ev: dict[str, float] = {}
     if cfg.advantage in ("value", "gae"):
         value = ValueBaseline(pooled.shape[1], cfg.hidden)
@@ -268,12 +283,12 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
                 log.info("steer fit step %d: velocity %.4f", step, float(loss_v))
 
     with torch.no_grad():
-        scores = model.fail(pooled)
-    summary = {"base": str(checkpoint), "log": paths, "steps": steps, "calls": int(len(data["rtg"])),
-               "failure_rate": float(failed.mean()), "auroc_train": auroc(scores[train_idx], failed[train_idx]),
-               "auroc_val": auroc(scores[val_idx], failed[val_idx]) if len(val_idx) else float("nan"), **value_ev}
+        scores = model.fail(f_pooled)
+    summary = {"base": str(checkpoint), "log": paths, "fail_log": fail_paths, "steps": steps, "calls": int(len(data["rtg"])),
+               "failure_rate": float(f_failed.mean()), "auroc_train": auroc(scores[f_train], f_failed[f_train]),
+               "auroc_val": auroc(scores[f_val], f_failed[f_val]) if len(f_val) else float("nan"), **value_ev}
     if tau == "auto":
-        cfg = dataclasses.replace(cfg, tau=youden_threshold(torch.sigmoid(scores[calib]), failed[calib]))
+        cfg = dataclasses.replace(cfg, tau=youden_threshold(torch.sigmoid(scores[calib]), f_failed[calib]))
         model.cfg = cfg
     summary["config"] = cfg.__dict__
     target = Path(out)
