@@ -169,6 +169,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args.name, args.bench_args)
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two policies' evaluations on the same starts: the paired success difference and its CI."""
+    from robo_rl.eval.paired import compare
+
+    res = compare(args.a, args.b)
+    p = res["paired"]
+    print(f"A {res['a']['success_rate']:.3f} vs B {res['b']['success_rate']:.3f} over {res['episodes']} paired episodes: "
+          f"A - B {p['difference']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] (95% paired bootstrap; unpaired "
+          f"[{res['unpaired']['low']:+.3f}, {res['unpaired']['high']:+.3f}]); A only {p['a_only']}, B only "
+          f"{p['b_only']}, McNemar p = {p['mcnemar_p']:.3f}", file=sys.stderr)
+    print(json.dumps(res, indent=2))
+    return 0
+
+
 def cmd_curves(args: argparse.Namespace) -> int:
     """Seed groups of runs compared: binned mean/min/max of a metric, a band plot, the final evaluations."""
     from pathlib import Path
@@ -480,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--bin", type=int, default=10_000, help="env steps per bin")
     cv.add_argument("--out", default="curves.png")
     cv.set_defaults(fn=cmd_curves)
+
+    cp = sub.add_parser("compare", help="paired success difference of two evaluations on the same starts "
+                                        "(JSON from 'eval' / 'steer eval' with the same seeds and --num-envs)")
+    cp.add_argument("--a", nargs="+", required=True, help="evaluation JSON file(s) of policy A (several: concatenated)")
+    cp.add_argument("--b", nargs="+", required=True, help="the matching file(s) of policy B, in the same order")
+    cp.set_defaults(fn=cmd_compare)
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), "
                                      "sample (pi0 chunk sampling), ros (ROS 2 node latency), rollout (serial vs pipelined), "

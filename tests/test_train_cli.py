@@ -62,6 +62,8 @@ def test_eval_cli_reports_ci_and_video(trained_run, need_maniskill, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["episodes"] == 3 and 0.0 <= out["ci95_low"] <= out["success_rate"] <= out["ci95_high"] <= 1.0
+    assert len(out["episode_success"]) == 1 and len(out["episode_success"][0]) == 3  # one env, its 3 episodes
+    assert sum(out["episode_success"][0]) == out["successes"]
     assert video.stat().st_size > 1000
     assert "95% CI" in proc.stderr
 

@@ -24,6 +24,10 @@ class EvalResult:
     frames: list[np.ndarray] = field(default_factory=list)
     first_outcomes: list[tuple[int, bool]] = field(default_factory=list)
     """When recorded: per env, (index in ``frames`` of the last frame of its first episode, success)."""
+    episode_success: list[list[bool]] = field(default_factory=list)
+    """Per env (B lists), the success of its counted episodes in order. Env i's k-th episode starts from
+    the same initial state in every evaluation with the same seed and B (the simulators draw initial
+    states from their own per-env RNG, not from the actions), so two policies' outcomes pair up."""
 
     @property
     def success_rate(self) -> float:
@@ -36,7 +40,8 @@ class EvalResult:
     def as_dict(self) -> dict[str, Any]:
         lo, hi = self.ci95
         return {"episodes": self.episodes, "successes": self.successes, "success_rate": self.success_rate,
-                "ci95_low": lo, "ci95_high": hi, "mean_return": self.mean_return}
+                "ci95_low": lo, "ci95_high": hi, "mean_return": self.mean_return,
+                "episode_success": [[int(x) for x in env] for env in self.episode_success]}
 
 
 @torch.no_grad()
@@ -48,6 +53,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
     quota = np.array([episodes // b + (1 if i < episodes % b else 0) for i in range(b)])
     done_count = np.zeros(b, int)
     successes, returns = 0, []
+    outcomes: list[list[bool]] = [[] for _ in range(b)]
     ep_ret = np.zeros(b)
     frames: list[np.ndarray] = []
     first_done = np.zeros(b, bool)
@@ -67,6 +73,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
                 first[i] = (len(frames) - 1, bool(res.info["success"][i]))
             if done_count[i] < quota[i]:
                 successes += int(res.info["success"][i])
+                outcomes[i].append(bool(res.info["success"][i]))
                 returns.append(float(ep_ret[i]))
                 done_count[i] += 1
             ep_ret[i] = 0.0
@@ -76,7 +83,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
         obs = res.obs
         steps += 1
     return EvalResult(int(done_count.sum()), successes, float(np.mean(returns)) if returns else 0.0, frames,
-                      [first[i] for i in sorted(first)])
+                      [first[i] for i in sorted(first)], outcomes)
 
 
 def save_video(result: EvalResult, path: Path, fps: int = 20) -> Path | None:

@@ -66,6 +66,8 @@ class ActionExploration:
         return self.rng.standard_normal((n, len(self.scale))).astype(np.float32) * self.scale
 
     def perturb(self, actions: torch.Tensor) -> torch.Tensor:
+        if not self.scale.any():
+            return actions
         if self.per == "call":
             self.offset = self._draw(len(self.offset))
         delta = torch.from_numpy(self.offset).to(actions.dtype)

@@ -1,0 +1,56 @@
+"""Paired comparison of two policies' evaluations (``robo-rl compare``).
+
+Evaluations written by ``robo-rl eval`` / ``robo-rl steer eval`` hold ``episode_success``: per env, the
+outcomes of its episodes in order. With the same seed and env count, env i's k-th episode starts from the
+same initial state under both policies, so outcomes pair up and the difference's CI can use the pairing.
+Several files per side (e.g. two seed sets) are concatenated in the order given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robo_rl.errors import RoboRLError
+
+
+def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Concatenated outcomes (N,) of evaluation JSON files, and each file's per-env episode counts."""
+    out, layouts = [], []
+    for p in paths:
+        try:
+            d = json.loads(Path(p).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise RoboRLError(f"{p}: not a readable evaluation JSON ({err}); pass files written by 'robo-rl eval' "
+                              "or 'robo-rl steer eval'") from None
+        per_env = d.get("episode_success") if isinstance(d, dict) else None
+        if not per_env:
+            raise RoboRLError(f"{p}: no 'episode_success' (per-episode outcomes); re-run the evaluation with this "
+                              "version of 'robo-rl eval' / 'robo-rl steer eval'")
+        layouts.append(tuple(len(e) for e in per_env))
+        out.extend(int(x) for e in per_env for x in e)
+    return np.asarray(out, dtype=np.int64), layouts
+
+
+def compare(a_paths: list[str], b_paths: list[str], reps: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """Success rates of A and B, the paired difference A - B with its bootstrap CI and McNemar p-value,
+    and the unpaired CI for reference. Raises when the files do not pair (other seeds' layouts)."""
+    from robo_rl.eval.metrics import wilson_interval
+    from robo_rl.eval.stats import paired_difference, success_difference
+
+    a, la = load_outcomes(a_paths)
+    b, lb = load_outcomes(b_paths)
+    if la != lb:
+        raise RoboRLError(f"the evaluations do not pair: per-env episode counts {la} (A) vs {lb} (B); evaluate both "
+                          "with the same --episodes, --num-envs and seeds, and list the files in the same order")
+    res: dict[str, Any] = {"episodes": int(a.size)}
+    for name, x in (("a", a), ("b", b)):
+        lo, hi = wilson_interval(int(x.sum()), int(x.size))
+        res[name] = {"success_rate": float(x.mean()), "ci95_low": lo, "ci95_high": hi}
+    res["paired"] = paired_difference(a, b, reps=reps, seed=seed)
+    d, lo, hi = success_difference([a.sum()], [a.size], [b.sum()], [b.size], reps=reps, seed=seed)
+    res["unpaired"] = {"difference": d, "low": lo, "high": hi}
+    return res

@@ -1,0 +1,101 @@
+"""Paired evaluation: per-episode outcomes, the paired difference and McNemar test against hand values,
+`robo-rl compare` on evaluation files, and (real ManiSkill) that env i's k-th episode starts from the same
+state whatever the policy did before, which is what makes two evaluations' episodes pairs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from robo_rl.errors import RoboRLError
+from robo_rl.eval.paired import compare
+from robo_rl.eval.stats import paired_difference
+
+
+def test_paired_difference_hand_values():
+    a, b = [1, 1, 0, 0, 1, 0], [0, 1, 0, 0, 0, 0]
+    r = paired_difference(a, b, reps=2000)
+    assert r["difference"] == pytest.approx(2 / 6) and (r["a_only"], r["b_only"]) == (2, 0)
+    assert r["mcnemar_p"] == pytest.approx(0.5)  # two discordant pairs, both for A: 2 * (1/2)^2
+    assert r["low"] <= r["difference"] <= r["high"]
+    same = paired_difference(a, a, reps=200)
+    assert (same["difference"], same["low"], same["high"], same["mcnemar_p"]) == (0.0, 0.0, 0.0, 1.0)
+    assert paired_difference(b, a, reps=200)["difference"] == pytest.approx(-2 / 6)
+    with pytest.raises(ValueError, match="equal, non-zero lengths"):
+        paired_difference([1, 0], [1])
+
+
+def test_pairing_narrows_the_interval_when_outcomes_agree():
+    rng = np.random.default_rng(0)
+    easy = rng.random(400) < 0.3                      # starts on which both succeed
+    a = easy | (rng.random(400) < 0.1)
+    b = easy.copy()
+    r = paired_difference(a, b, reps=4000)
+    from robo_rl.eval.stats import success_difference
+
+    _, ulo, uhi = success_difference([a.sum()], [400], [b.sum()], [400], reps=4000)
+    assert r["low"] > 0 and (r["high"] - r["low"]) < 0.6 * (uhi - ulo)
+    assert r["b_only"] == 0 and r["mcnemar_p"] < 1e-6
+
+
+def _write(path, per_env):
+    path.write_text(json.dumps({"success_rate": float(np.mean([x for e in per_env for x in e])),
+                                "episode_success": per_env}))
+    return str(path)
+
+
+def test_compare_files_and_refusals(tmp_path):
+    a1 = _write(tmp_path / "a1.json", [[1, 0], [1, 1]])
+    a2 = _write(tmp_path / "a2.json", [[0], [1]])
+    b1 = _write(tmp_path / "b1.json", [[0, 0], [1, 0]])
+    b2 = _write(tmp_path / "b2.json", [[0], [1]])
+    r = compare([a1, a2], [b1, b2], reps=500)
+    assert r["episodes"] == 6 and r["a"]["success_rate"] == pytest.approx(4 / 6)
+    assert r["paired"]["difference"] == pytest.approx(2 / 6) and r["paired"]["a_only"] == 2
+    from tests.conftest import run_cli
+
+    proc = run_cli("compare", "--a", a1, a2, "--b", b1, b2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["paired"]["a_only"] == 2 and "over 6 paired episodes: A - B +0.333" in proc.stderr
+    bad = run_cli("compare", "--a", a1, "--b", b2)
+    assert bad.returncode != 0 and "do not pair" in bad.stderr
+    with pytest.raises(RoboRLError, match=r"do not pair: per-env episode counts"):
+        compare([a1], [b2])
+    (tmp_path / "old.json").write_text(json.dumps({"success_rate": 0.5}))
+    with pytest.raises(RoboRLError, match="no 'episode_success'"):
+        compare([str(tmp_path / "old.json")], [b1])
+    with pytest.raises(RoboRLError, match="not a readable evaluation JSON"):
+        compare([str(tmp_path / "missing.json")], [b1])
+
+
+@pytest.mark.maniskill
+def test_episode_starts_do_not_depend_on_the_actions(need_maniskill):
+    """Two runs from one seed with different actions: mid-episode states differ, every env's next
+    episode starts from the same state."""
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
+
+    def starts(scale: float):
+        env = ManiSkillVecEnv(ManiSkillConfig(task="PushCube-v1", num_envs=2, max_episode_steps=4))
+        try:
+            rng = np.random.default_rng(1)
+            obs, _ = env.reset(seed=3)
+            first, mid = [obs["state"].copy()], []
+            for t in range(8):
+                a = scale * rng.uniform(-1, 1, (2, *env.action_spec.shape)).astype(np.float32)
+                res = env.step(a)
+                if t == 1:
+                    mid.append(res.obs["state"].copy())
+                if (res.terminated | res.truncated).all():
+                    first.append(res.obs["state"].copy())
+            return first, mid
+        finally:
+            env.close()
+
+    (f0, m0), (f1, m1) = starts(0.0), starts(1.0)
+    assert len(f0) == len(f1) == 3  # the initial reset and two autoresets
+    assert not np.allclose(m0[0], m1[0])
+    for x, y in zip(f0, f1):
+        np.testing.assert_allclose(x, y, atol=1e-5)
+    assert not np.allclose(f0[1], f0[2])  # and successive episodes do differ
