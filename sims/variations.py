@@ -38,6 +38,11 @@ class VariationConfig:
     object_pose_offset: tuple[float, float] = (0.0, 0.0)
     """Fixed xy shift of movable objects' initial positions, the same every episode (metres), added to
     any jitter."""
+    offset_prob: float = 1.0
+    """Probability per episode that the fixed ``camera_offset`` and ``object_pose_offset`` apply (1 = every
+    episode; e.g. 0.5 mixes in-distribution and shifted episodes). Drawn from its own stream of the
+    episode seed (``offset_applies``), so the other draws and which episodes are shifted do not depend on
+    each other."""
     paraphrase: bool = False
     """Replace the instruction with a paraphrase (verb synonyms, reordered politeness)."""
     perturb_step: int = 20
@@ -57,6 +62,8 @@ class VariationConfig:
                 raise ConfigError(f"config key 'env.variations.{key}' = {list(value)} needs {n} numbers (metres)")
         if not 0.0 <= self.retexture <= 1.0:
             raise ConfigError(f"config key 'env.variations.retexture' = {self.retexture} is a probability in [0, 1]")
+        if not 0.0 <= self.offset_prob <= 1.0:
+            raise ConfigError(f"config key 'env.variations.offset_prob' = {self.offset_prob} is a probability in [0, 1]")
         if not 0.0 <= self.object_recolor <= 1.0:
             raise ConfigError(f"config key 'env.variations.object_recolor' = {self.object_recolor} is a probability in [0, 1]")
         if self.distractors < 0:
@@ -67,6 +74,13 @@ class VariationConfig:
     @property
     def active(self) -> bool:
         return self != VariationConfig()
+
+    def offset_applies(self, *episode_key: int) -> bool:
+        """Whether the fixed offsets apply in the episode keyed by ``episode_key`` (the simulator's
+        episode seed words): always with ``offset_prob`` 1, else a draw of probability ``offset_prob``."""
+        if self.offset_prob >= 1.0:
+            return True
+        return bool(np.random.default_rng([*episode_key, 3571]).random() < self.offset_prob)
 
     def scaled(self, strength: float) -> VariationConfig:
         """The same variations at ``strength`` times their size (0 = none, 1 = as configured): jitters
@@ -80,7 +94,7 @@ class VariationConfig:
                                retexture=min(1.0, self.retexture * strength),
                                object_recolor=min(1.0, self.object_recolor * strength), distractors=round(self.distractors * strength),
                                light_scale=(max(0.0, 1 - (1 - lo) * strength), 1 + (hi - 1) * strength),
-                               object_pose_jitter=self.object_pose_jitter * strength,
+                               object_pose_jitter=self.object_pose_jitter * strength, offset_prob=self.offset_prob,
                                paraphrase=self.paraphrase and strength > 0, perturb_step=self.perturb_step,
                                perturb_distance=self.perturb_distance * strength)
 

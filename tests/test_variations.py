@@ -21,6 +21,19 @@ def test_config_validation():
         VariationConfig(camera_offset=(0.1, 0.0))
     assert VariationConfig(object_pose_offset=(0.02, 0.0)).active
     assert VariationConfig(object_pose_offset=(0.02, -0.04)).scaled(0.5).object_pose_offset == (0.01, -0.02)
+    with pytest.raises(ConfigError, match="offset_prob.*probability in \\[0, 1\\]"):
+        VariationConfig(offset_prob=1.5)
+    assert VariationConfig(offset_prob=0.3).scaled(0.5).offset_prob == 0.3
+
+
+def test_offset_prob_draws_per_episode_key():
+    """offset_applies is 1 always at p = 1, never at p = 0, a reproducible draw of frequency p in between."""
+    keys = [(s, k) for s in range(200) for k in range(3)]
+    assert all(VariationConfig().offset_applies(*key) for key in keys)
+    assert not any(VariationConfig(offset_prob=0.0).offset_applies(*key) for key in keys)
+    half = VariationConfig(offset_prob=0.5)
+    draws = [half.offset_applies(*key) for key in keys]
+    assert 0.42 < np.mean(draws) < 0.58 and draws == [half.offset_applies(*key) for key in keys]
 
 
 def test_fixed_offsets_shift_every_episode_the_same(need_maniskill):
@@ -42,6 +55,29 @@ def test_fixed_offsets_shift_every_episode_the_same(need_maniskill):
     finally:
         for e in envs:
             e.close()
+
+
+def test_offset_prob_mixes_shifted_and_in_distribution_episodes(need_maniskill):
+    """With offset_prob 0.5 each seed's cube sits either where it would without variations or exactly the
+    offset away, as offset_applies(seed, 0) says, and both kinds occur."""
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+
+    kw = dict(task="PushCube-v1", obs_mode="state", backend="cpu")
+    mixed_cfg = VariationConfig(object_pose_offset=(0.0, 0.04), offset_prob=0.5)
+    base, mixed = (ManiSkillSingleEnv(ManiSkillConfig(**kw, variations=v)) for v in (VariationConfig(), mixed_cfg))
+    try:
+        shifted = []
+        for seed in range(8):
+            base.reset(seed=seed)
+            mixed.reset(seed=seed)
+            d = mixed.env.unwrapped.obj.pose.p[0].numpy() - base.env.unwrapped.obj.pose.p[0].numpy()
+            expect = mixed_cfg.offset_applies(seed, 0)
+            np.testing.assert_allclose(d, [0.0, 0.04 if expect else 0.0, 0.0], atol=1e-5)
+            shifted.append(expect)
+        assert 0 < sum(shifted) < 8
+    finally:
+        base.close()
+        mixed.close()
 
 
 def test_mid_episode_push_moves_the_object_at_its_step_only(need_maniskill):

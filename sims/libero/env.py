@@ -138,10 +138,11 @@ class LiberoSingleEnv:
         if not v.active:
             return
         rng = np.random.default_rng([episode_seed, 7919])
+        shifted = v.offset_applies(episode_seed)
         sim = self.env.sim
         model = sim.model
         model.cam_pos[self._cam_id] = (self._base_cam_pos + rng.uniform(-v.camera_jitter, v.camera_jitter, 3)
-                                       + np.asarray(v.camera_offset))
+                                       + np.asarray(v.camera_offset) * shifted)
         model.light_diffuse[:] = self._base_light * rng.uniform(*v.light_scale)
         if v.object_pose_jitter > 0 or any(v.object_pose_offset):
             for obj in self.env.env.objects_dict.values():
@@ -151,7 +152,8 @@ class LiberoSingleEnv:
                 qpos = sim.data.get_joint_qpos(joints[-1]).copy()
                 if qpos.shape != (7,):  # only free-floating objects move
                     continue
-                qpos[:2] += rng.uniform(-v.object_pose_jitter, v.object_pose_jitter, 2) + np.asarray(v.object_pose_offset)
+                qpos[:2] += (rng.uniform(-v.object_pose_jitter, v.object_pose_jitter, 2)
+                             + np.asarray(v.object_pose_offset) * shifted)
                 sim.data.set_joint_qpos(joints[-1], qpos)
             sim.forward()
         self.instruction = paraphrase(self.task.instruction, rng) if v.paraphrase else self.task.instruction

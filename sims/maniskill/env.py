@@ -211,7 +211,8 @@ class ManiSkillSingleEnv:
         if self.cfg.variations.active:
             if seed is not None:
                 self._episode_seed, self._episodes = seed, 0
-            self._apply_variations(np.random.default_rng([self._episode_seed or 0, self._episodes, 7919]))
+            key = (self._episode_seed or 0, self._episodes)
+            self._apply_variations(np.random.default_rng([*key, 7919]), self.cfg.variations.offset_applies(*key))
             self._perturb_rng = np.random.default_rng([self._episode_seed or 0, self._episodes, 104_729])
             self._episodes += 1
             raw = self.env.unwrapped.get_obs()
@@ -219,8 +220,9 @@ class ManiSkillSingleEnv:
                 raw = self.env.observation(raw)  # the flattening wrapper
         return {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
 
-    def _apply_variations(self, rng: np.random.Generator) -> None:
-        """Move static sensor cameras, scale the lights and nudge dynamic objects, as configured."""
+    def _apply_variations(self, rng: np.random.Generator, shifted: bool = True) -> None:
+        """Move static sensor cameras, scale the lights and nudge dynamic objects, as configured; the fixed
+        offsets only where ``shifted`` (this episode's draw of ``variations.offset_prob``)."""
         import sapien
 
         v, u = self.cfg.variations, self.env.unwrapped
@@ -229,7 +231,7 @@ class ManiSkillSingleEnv:
             self._base_lights = [(light, np.array(light.color)) for sub in u.scene.sub_scenes
                                  for light in sub.render_system.lights]
         for uid, base in self._base_cams.items():
-            offset = rng.uniform(-v.camera_jitter, v.camera_jitter, 3) + np.asarray(v.camera_offset)
+            offset = rng.uniform(-v.camera_jitter, v.camera_jitter, 3) + np.asarray(v.camera_offset) * shifted
             u._sensors[uid].camera.set_local_pose(sapien.Pose(p=np.asarray(base.p) + offset, q=base.q))
         scale = rng.uniform(*v.light_scale)
         for light, color in self._base_lights:
@@ -239,7 +241,7 @@ class ManiSkillSingleEnv:
         if v.object_recolor > 0:
             self._recolor_objects(rng, v.object_recolor)
         if v.object_pose_jitter > 0 or any(v.object_pose_offset):
-            self._nudge_objects(rng, v.object_pose_jitter, v.object_pose_offset)
+            self._nudge_objects(rng, v.object_pose_jitter, v.object_pose_offset if shifted else (0.0, 0.0))
 
     def _retexture(self, rng: np.random.Generator, p: float) -> None:
         """With probability p, the table and the floor get random plain colours instead of their textures
