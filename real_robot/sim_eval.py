@@ -1,6 +1,8 @@
 """Evaluate a trained policy through the ROS 2 bridge against the simulated robot process:
 `robo-rl eval RUN --via-ros configs/robots/<sim robot>.yaml`. Same success statistics as a direct
-evaluation, so the two can be compared (they should agree within the confidence interval)."""
+evaluation, so the two can be compared (they should agree within the confidence interval). The simulated
+robot seeds episode k with ``seed + k``, so ``episode_success`` (one env's outcomes in order) pairs with a
+direct ``robo-rl eval --num-envs 1 --seed SEED`` in ``robo-rl compare``."""
 
 from __future__ import annotations
 
@@ -56,4 +58,5 @@ def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int
     return {"checkpoint": checkpoint, "via": "ros2 (cyclonedds, loopback)", "robot": robot.name, "episodes": len(results),
             "successes": successes, "success_rate": successes / max(1, len(results)), "ci95_low": lo, "ci95_high": hi,
             "mean_return": sum(r["return"] for r in results) / max(1, len(results)),
+            "episode_success": [[int(bool(r["success"])) for r in results]],
             "interventions": dict(node.safety.counts), "rejected": dict(node.rejected), "commands_sent": node.sent}

@@ -76,7 +76,7 @@ def test_eval_over_ros2_matches_direct_eval(bc_config, tmp_path, need_maniskill)
     assert ros.returncode == 0, ros.stderr[-3000:]
     d, r = json.loads(direct.stdout), json.loads(ros.stdout)
     assert r["episodes"] == 1 and r["via"].startswith("ros2") and not r["rejected"]
-    assert r["successes"] == d["successes"]
+    assert r["successes"] == d["successes"] and r["episode_success"] == d["episode_success"]  # pairs in compare
     assert abs(r["mean_return"] - d["mean_return"]) < 1e-3 * max(1.0, abs(d["mean_return"])), (d, r)
 
 

@@ -18,16 +18,22 @@ from robo_rl.runners.build import to_env_actions
 class EvalResult:
     """Outcome of ``evaluate_policy``; ``frames`` holds (H, W*B, 3) tiles when recorded."""
 
-    episodes: int
-    successes: int
+    episode_success: list[list[bool]]
+    """Per env (B lists), the success of its counted episodes in order. Env i's k-th episode starts from
+    the same initial state in every evaluation with the same seed and B (the simulators draw initial
+    states from their own per-env RNG, not from the actions), so two policies' outcomes pair up."""
     mean_return: float
     frames: list[np.ndarray] = field(default_factory=list)
     first_outcomes: list[tuple[int, bool]] = field(default_factory=list)
     """When recorded: per env, (index in ``frames`` of the last frame of its first episode, success)."""
-    episode_success: list[list[bool]] = field(default_factory=list)
-    """Per env (B lists), the success of its counted episodes in order. Env i's k-th episode starts from
-    the same initial state in every evaluation with the same seed and B (the simulators draw initial
-    states from their own per-env RNG, not from the actions), so two policies' outcomes pair up."""
+
+    @property
+    def episodes(self) -> int:
+        return sum(len(env) for env in self.episode_success)
+
+    @property
+    def successes(self) -> int:
+        return sum(int(x) for env in self.episode_success for x in env)
 
     @property
     def success_rate(self) -> float:
@@ -52,7 +58,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
     b = env.num_envs
     quota = np.array([episodes // b + (1 if i < episodes % b else 0) for i in range(b)])
     done_count = np.zeros(b, int)
-    successes, returns = 0, []
+    returns: list[float] = []
     outcomes: list[list[bool]] = [[] for _ in range(b)]
     ep_ret = np.zeros(b)
     frames: list[np.ndarray] = []
@@ -72,7 +78,6 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
             if record_video and not first_done[i]:
                 first[i] = (len(frames) - 1, bool(res.info["success"][i]))
             if done_count[i] < quota[i]:
-                successes += int(res.info["success"][i])
                 outcomes[i].append(bool(res.info["success"][i]))
                 returns.append(float(ep_ret[i]))
                 done_count[i] += 1
@@ -82,8 +87,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
             policy.reset(np.flatnonzero(done))
         obs = res.obs
         steps += 1
-    return EvalResult(int(done_count.sum()), successes, float(np.mean(returns)) if returns else 0.0, frames,
-                      [first[i] for i in sorted(first)], outcomes)
+    return EvalResult(outcomes, float(np.mean(returns)) if returns else 0.0, frames, [first[i] for i in sorted(first)])
 
 
 def save_video(result: EvalResult, path: Path, fps: int = 20) -> Path | None:
