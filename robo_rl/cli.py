@@ -179,6 +179,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
           f"A - B {p['difference']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] (95% paired bootstrap; unpaired "
           f"[{res['unpaired']['low']:+.3f}, {res['unpaired']['high']:+.3f}]); A only {p['a_only']}, B only "
           f"{p['b_only']}, McNemar p = {p['mcnemar_p']:.3f}", file=sys.stderr)
+    for part, sub in res.get("by_offset", {}).items():
+        q = sub["paired"]
+        print(f"  {part}: A {sub['a']['success_rate']:.3f} vs B {sub['b']['success_rate']:.3f} over {sub['episodes']}: "
+              f"A - B {q['difference']:+.3f} [{q['low']:+.3f}, {q['high']:+.3f}], McNemar p = {q['mcnemar_p']:.3f}",
+              file=sys.stderr)
     print(json.dumps(res, indent=2))
     return 0
 

@@ -40,10 +40,27 @@ def test_pairing_narrows_the_interval_when_outcomes_agree():
     assert r["b_only"] == 0 and r["mcnemar_p"] < 1e-6
 
 
-def _write(path, per_env):
+def _write(path, per_env, offsets=None):
     path.write_text(json.dumps({"success_rate": float(np.mean([x for e in per_env for x in e])),
-                                "episode_success": per_env}))
+                                "episode_success": per_env} | ({"episode_offset": offsets} if offsets else {})))
     return str(path)
+
+
+def test_compare_splits_a_mixed_split_by_offset(tmp_path):
+    """With episode_offset on both sides the comparison is repeated on the shifted and the in-distribution
+    episodes; differing tags (another split) are refused."""
+    tags = [[1, 0, 1], [0, 1, 0]]
+    a = _write(tmp_path / "a.json", [[1, 1, 1], [0, 0, 1]], tags)
+    b = _write(tmp_path / "b.json", [[0, 1, 0], [1, 0, 1]], tags)
+    r = compare([a], [b], reps=500)
+    shifted, ind = r["by_offset"]["shifted"], r["by_offset"]["in_distribution"]
+    assert shifted["episodes"] == ind["episodes"] == 3
+    assert shifted["a"]["success_rate"] == pytest.approx(2 / 3) and shifted["paired"]["difference"] == pytest.approx(2 / 3)
+    assert ind["paired"]["difference"] == pytest.approx(-1 / 3) and ind["paired"]["b_only"] == 1
+    assert "by_offset" not in compare([_write(tmp_path / "c.json", [[1, 1, 1], [0, 0, 1]])], [b], reps=100)
+    other = _write(tmp_path / "d.json", [[0, 1, 0], [1, 0, 1]], [[0, 0, 1], [0, 1, 0]])
+    with pytest.raises(RoboRLError, match="offset tags"):
+        compare([a], [other])
 
 
 def test_compare_files_and_refusals(tmp_path):

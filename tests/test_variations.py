@@ -105,3 +105,30 @@ def test_mid_episode_push_moves_the_object_at_its_step_only(need_maniskill):
     assert jump.max() > 1e-3 and jump.max() <= 0.05 + 1e-4
     np.testing.assert_allclose(pushed[5] - still[5], pushed[3] - still[3], atol=2e-3)  # one push, then it rests
     np.testing.assert_array_equal(pushed, again)
+
+
+def test_evaluation_tags_episodes_of_a_mixed_split(need_maniskill):
+    """evaluate_policy on a mixed split (subprocess VecEnv) reports, per env and episode, whether the offset
+    applied: env i's k-th episode is seeded seed + i + k*B, so the tags are offset_applies(that seed, 0)."""
+    import torch
+
+    from robo_rl.contracts import PolicyOutput
+    from robo_rl.runners.evaluate import evaluate_policy
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
+
+    class Still:  # holds the arm: outcomes do not matter here, only which episodes were shifted
+        def reset(self, env_ids=None):
+            pass
+
+        def act(self, obs, deterministic=True):
+            return PolicyOutput(actions=torch.zeros(len(obs["state"]), *env.action_spec.shape))
+
+    mixed = VariationConfig(object_pose_offset=(0.0, 0.04), offset_prob=0.5)
+    env = ManiSkillVecEnv(ManiSkillConfig(task="PushCube-v1", num_envs=2, max_episode_steps=2, variations=mixed))
+    try:
+        res = evaluate_policy(env, Still(), episodes=8, seed=40)
+    finally:
+        env.close()
+    expect = [[mixed.offset_applies(40 + i + 2 * k, 0) for k in range(4)] for i in range(2)]
+    assert res.episode_offset == expect and 0 < sum(map(sum, expect)) < 8
+    assert res.as_dict()["episode_offset"] == [[int(x) for x in e] for e in expect]

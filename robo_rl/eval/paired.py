@@ -3,7 +3,9 @@
 Evaluations written by ``robo-rl eval`` / ``robo-rl steer eval`` hold ``episode_success``: per env, the
 outcomes of its episodes in order. With the same seed and env count, env i's k-th episode starts from the
 same initial state under both policies, so outcomes pair up and the difference's CI can use the pairing.
-Several files per side (e.g. two seed sets) are concatenated in the order given.
+Several files per side (e.g. two seed sets) are concatenated in the order given. Evaluations of a mixed
+split (``env.variations.offset_prob`` < 1) also hold ``episode_offset``; the comparison is then repeated on
+the shifted and on the in-distribution episodes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import numpy as np
 from robo_rl.errors import RoboRLError
 
 
-def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-    """Concatenated outcomes (N,) of evaluation JSON files, and each file's per-env episode counts."""
-    out, layouts = [], []
+def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]], np.ndarray | None]:
+    """Concatenated outcomes (N,) of evaluation JSON files, each file's per-env episode counts, and the
+    episodes' offset tags (N,) bool when every file has them (a mixed split), else None."""
+    out, layouts, tags = [], [], []
     for p in paths:
         try:
             d = json.loads(Path(p).read_text())
@@ -32,7 +35,14 @@ def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
                               "version of 'robo-rl eval' / 'robo-rl steer eval'")
         layouts.append(tuple(len(e) for e in per_env))
         out.extend(int(x) for e in per_env for x in e)
-    return np.asarray(out, dtype=np.int64), layouts
+        offsets = d.get("episode_offset")
+        if offsets is not None and tags is not None:
+            if [len(e) for e in offsets] != [len(e) for e in per_env]:
+                raise RoboRLError(f"{p}: 'episode_offset' does not match 'episode_success' episode for episode")
+            tags.extend(bool(x) for e in offsets for x in e)
+        else:
+            tags = None
+    return np.asarray(out, dtype=np.int64), layouts, (np.asarray(tags, dtype=bool) if tags is not None else None)
 
 
 def compare(a_paths: list[str], b_paths: list[str], reps: int = 10_000, seed: int = 0) -> dict[str, Any]:
@@ -41,16 +51,26 @@ def compare(a_paths: list[str], b_paths: list[str], reps: int = 10_000, seed: in
     from robo_rl.eval.metrics import wilson_interval
     from robo_rl.eval.stats import paired_difference, success_difference
 
-    a, la = load_outcomes(a_paths)
-    b, lb = load_outcomes(b_paths)
+    a, la, ta = load_outcomes(a_paths)
+    b, lb, tb = load_outcomes(b_paths)
     if la != lb:
         raise RoboRLError(f"the evaluations do not pair: per-env episode counts {la} (A) vs {lb} (B); evaluate both "
                           "with the same --episodes, --num-envs and seeds, and list the files in the same order")
-    res: dict[str, Any] = {"episodes": int(a.size)}
-    for name, x in (("a", a), ("b", b)):
-        lo, hi = wilson_interval(int(x.sum()), int(x.size))
-        res[name] = {"success_rate": float(x.mean()), "ci95_low": lo, "ci95_high": hi}
-    res["paired"] = paired_difference(a, b, reps=reps, seed=seed)
-    d, lo, hi = success_difference([a.sum()], [a.size], [b.sum()], [b.size], reps=reps, seed=seed)
-    res["unpaired"] = {"difference": d, "low": lo, "high": hi}
+    if ta is not None and tb is not None and not np.array_equal(ta, tb):
+        raise RoboRLError("the evaluations do not pair: their episodes' offset tags (episode_offset) differ; evaluate "
+                          "both on the same split (env.variations) with the same seeds")
+
+    def one(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+        res: dict[str, Any] = {"episodes": int(a.size)}
+        for name, x in (("a", a), ("b", b)):
+            lo, hi = wilson_interval(int(x.sum()), int(x.size))
+            res[name] = {"success_rate": float(x.mean()) if x.size else float("nan"), "ci95_low": lo, "ci95_high": hi}
+        res["paired"] = paired_difference(a, b, reps=reps, seed=seed)
+        d, lo, hi = success_difference([a.sum()], [a.size], [b.sum()], [b.size], reps=reps, seed=seed)
+        res["unpaired"] = {"difference": d, "low": lo, "high": hi}
+        return res
+
+    res = one(a, b)
+    if ta is not None and tb is not None and 0 < ta.sum() < ta.size:
+        res["by_offset"] = {"shifted": one(a[ta], b[ta]), "in_distribution": one(a[~ta], b[~ta])}
     return res

@@ -26,6 +26,9 @@ class EvalResult:
     frames: list[np.ndarray] = field(default_factory=list)
     first_outcomes: list[tuple[int, bool]] = field(default_factory=list)
     """When recorded: per env, (index in ``frames`` of the last frame of its first episode, success)."""
+    episode_offset: list[list[bool]] = field(default_factory=list)
+    """On a mixed split (``env.variations.offset_prob`` < 1): per env, whether each counted episode had the
+    fixed offsets (as ``episode_success``); empty otherwise."""
 
     @property
     def episodes(self) -> int:
@@ -47,7 +50,8 @@ class EvalResult:
         lo, hi = self.ci95
         return {"episodes": self.episodes, "successes": self.successes, "success_rate": self.success_rate,
                 "ci95_low": lo, "ci95_high": hi, "mean_return": self.mean_return,
-                "episode_success": [[int(x) for x in env] for env in self.episode_success]}
+                "episode_success": [[int(x) for x in env] for env in self.episode_success]} \
+            | ({"episode_offset": [[int(x) for x in env] for env in self.episode_offset]} if self.episode_offset else {})
 
 
 @torch.no_grad()
@@ -60,6 +64,7 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
     done_count = np.zeros(b, int)
     returns: list[float] = []
     outcomes: list[list[bool]] = [[] for _ in range(b)]
+    shifted: list[list[bool]] = [[] for _ in range(b)]
     ep_ret = np.zeros(b)
     frames: list[np.ndarray] = []
     first_done = np.zeros(b, bool)
@@ -79,6 +84,8 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
                 first[i] = (len(frames) - 1, bool(res.info["success"][i]))
             if done_count[i] < quota[i]:
                 outcomes[i].append(bool(res.info["success"][i]))
+                if (tags := res.info.get("offset_applied")) is not None and tags[i] is not None:
+                    shifted[i].append(bool(tags[i]))
                 returns.append(float(ep_ret[i]))
                 done_count[i] += 1
             ep_ret[i] = 0.0
@@ -87,7 +94,9 @@ def evaluate_policy(env: Any, policy: Any, episodes: int, seed: int = 10_000, de
             policy.reset(np.flatnonzero(done))
         obs = res.obs
         steps += 1
-    return EvalResult(outcomes, float(np.mean(returns)) if returns else 0.0, frames, [first[i] for i in sorted(first)])
+    tagged = sum(map(len, shifted)) == sum(map(len, outcomes))  # a restarted worker's episode has no tag
+    return EvalResult(outcomes, float(np.mean(returns)) if returns else 0.0, frames, [first[i] for i in sorted(first)],
+                      shifted if tagged and any(shifted) else [])
 
 
 def save_video(result: EvalResult, path: Path, fps: int = 20) -> Path | None:

@@ -97,6 +97,7 @@ class LiberoSingleEnv:
         tasks = suite_tasks(cfg.suite)
         check_task_ids(cfg.suite, (task_index,), len(tasks))
         self.cfg, self.task = cfg, tasks[task_index]
+        self._shifted = True  # whether this episode has the fixed offsets (variations.offset_prob)
         self.max_steps = cfg.max_episode_steps or MAX_STEPS[cfg.suite]
         import torch
         from libero.libero.envs import OffScreenRenderEnv
@@ -138,7 +139,7 @@ class LiberoSingleEnv:
         if not v.active:
             return
         rng = np.random.default_rng([episode_seed, 7919])
-        shifted = v.offset_applies(episode_seed)
+        shifted = self._shifted = v.offset_applies(episode_seed)
         sim = self.env.sim
         model = sim.model
         model.cam_pos[self._cam_id] = (self._base_cam_pos + rng.uniform(-v.camera_jitter, v.camera_jitter, 3)
@@ -180,7 +181,10 @@ class LiberoSingleEnv:
         self.t += 1
         success = bool(done) or bool(self.env.check_success())
         truncated = not success and self.t >= self.max_steps
-        return self._convert(raw), float(reward), success, truncated, {"success": success}
+        info: dict[str, Any] = {"success": success}
+        if (success or truncated) and self.cfg.variations.offset_prob < 1.0:
+            info["offset_applied"] = self._shifted  # which part of a mixed split the ending episode was
+        return self._convert(raw), float(reward), success, truncated, info
 
     def render(self) -> np.ndarray:
         return self.env.sim.render(height=256, width=256, camera_name="agentview")[::-1, ::-1].copy()

@@ -189,6 +189,7 @@ class ManiSkillSingleEnv:
         self.env = _make_gym_env(cfg, "physx_cpu", 1, render, render_backend)
         self._episode_seed: int | None = None
         self._episodes = 0
+        self._shifted = True  # whether this episode has the fixed offsets (variations.offset_prob)
         self.seed_stride = seed_stride
         self.instruction = instruction_for(cfg.task)
         obs = self.reset(seed=0)
@@ -212,7 +213,8 @@ class ManiSkillSingleEnv:
             if seed is not None:
                 self._episode_seed, self._episodes = seed, 0
             key = (self._episode_seed or 0, self._episodes)
-            self._apply_variations(np.random.default_rng([*key, 7919]), self.cfg.variations.offset_applies(*key))
+            self._shifted = self.cfg.variations.offset_applies(*key)
+            self._apply_variations(np.random.default_rng([*key, 7919]), self._shifted)
             self._perturb_rng = np.random.default_rng([self._episode_seed or 0, self._episodes, 104_729])
             self._episodes += 1
             raw = self.env.unwrapped.get_obs()
@@ -290,8 +292,11 @@ class ManiSkillSingleEnv:
         raw, rew, term, trunc, info = self.env.step(torch.as_tensor(action[None]))
         obs = {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
         success = bool(_to_numpy(info.get("success", False)).reshape(-1)[0])
-        return obs, float(_to_numpy(rew).reshape(-1)[0]), bool(_to_numpy(term).reshape(-1)[0]), \
-            bool(_to_numpy(trunc).reshape(-1)[0]), {"success": success}
+        term, trunc = bool(_to_numpy(term).reshape(-1)[0]), bool(_to_numpy(trunc).reshape(-1)[0])
+        out: dict[str, Any] = {"success": success}
+        if (term or trunc) and self.cfg.variations.offset_prob < 1.0:
+            out["offset_applied"] = self._shifted  # which part of a mixed split the ending episode was
+        return obs, float(_to_numpy(rew).reshape(-1)[0]), term, trunc, out
 
     def render(self) -> np.ndarray:
         return _to_numpy(self.env.render())[0].astype(np.uint8, copy=False)
