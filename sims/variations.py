@@ -75,6 +75,11 @@ class VariationConfig:
     def active(self) -> bool:
         return self != VariationConfig()
 
+    @property
+    def distractors_only(self) -> bool:
+        """Only ``distractors`` set: a different scene, built into every env (GPU batches too), no per-reset draw."""
+        return self.active and VariationConfig(distractors=self.distractors) == self
+
     def offset_applies(self, *episode_key: int) -> bool:
         """Whether the fixed offsets apply in the episode keyed by ``episode_key`` (the simulator's
         episode seed words): always with ``offset_prob`` 1, else a draw of probability ``offset_prob``."""

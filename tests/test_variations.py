@@ -132,3 +132,15 @@ def test_evaluation_tags_episodes_of_a_mixed_split(need_maniskill):
     expect = [[mixed.offset_applies(40 + i + 2 * k, 0) for k in range(4)] for i in range(2)]
     assert res.episode_offset == expect and 0 < sum(map(sum, expect)) < 8
     assert res.as_dict()["episode_offset"] == [[int(x) for x in e] for e in expect]
+
+
+def test_gpu_backend_refuses_per_env_variations():
+    """The GPU batch does not apply per-env variations: asking for both is a one-line error (distractors,
+    built into the task, are fine); backend=auto would pick the CPU backend instead."""
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
+
+    with pytest.raises(ConfigError, match="CPU backend only; set env.backend=cpu"):
+        ManiSkillVecEnv(ManiSkillConfig(task="PushCube-v1", backend="gpu",
+                                        variations=VariationConfig(object_pose_offset=(0.0, 0.04), offset_prob=0.5)))
+    assert VariationConfig(distractors=2).distractors_only and not VariationConfig(distractors=2, paraphrase=True).distractors_only
+    assert not VariationConfig().distractors_only
