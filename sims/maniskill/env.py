@@ -360,12 +360,12 @@ class ManiSkillVecEnv(VecEnvWrapper):
     def __init__(self, cfg: ManiSkillConfig, render: bool = False) -> None:
         self.cfg = cfg
         self.num_envs = cfg.num_envs
-        if cfg.backend == "gpu" and cfg.variations.active and not cfg.variations.distractors_only:
+        per_env_variations = cfg.variations.active and not cfg.variations.distractors_only
+        if cfg.backend == "gpu" and per_env_variations:
             raise ConfigError("env.variations (camera, light, pose, texture, instruction) are applied per env by the CPU "
                               "backend only; set env.backend=cpu (or auto) for a variation split")
         # auto picks the CPU backend for a variation split: the GPU batch would silently run it in distribution
-        use_gpu = cfg.backend == "gpu" or (cfg.backend == "auto" and cuda_available()
-                                           and (not cfg.variations.active or cfg.variations.distractors_only))
+        use_gpu = cfg.backend == "gpu" or (cfg.backend == "auto" and cuda_available() and not per_env_variations)
         if cfg.backend == "gpu" and not cuda_available():
             raise SimulatorUnavailable("env.backend=gpu needs CUDA, which this machine lacks; use env.backend=cpu")
         self.backend = "gpu" if use_gpu else "cpu"
