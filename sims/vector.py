@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from robo_rl.affinity import check_cpus
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import RoboRLError, SimulatorUnavailable
 from sims.shm import SharedArrays, vec_env_layout
@@ -104,10 +105,15 @@ def _reply(conn: Any, msg: tuple) -> bool:
         return False
 
 
-def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env: dict[str, str]) -> None:
+def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env: dict[str, str],
+            cpus: tuple[int, ...] | None = None) -> None:
     """Worker loop hosting ``len(rows)`` envs (env j writes shm row ``rows[j]``), stepped in turn.
-    Messages: ("attach", layouts) once, then ("step"|"reset"|"render"|"close", data).
-    Replies are ("ok", small payload per env) or ("error", one line, traceback)."""
+    ``cpus``: pin this process to these CPU ids first, so every thread the simulator starts later
+    (physics, llvmpipe) inherits the mask. Messages: ("attach", layouts) once, then
+    ("step"|"reset"|"render"|"close", data). Replies are ("ok", small payload per env) or
+    ("error", one line, traceback)."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     os.environ.update(worker_env)
     try:
         import torch
@@ -171,15 +177,19 @@ class SubprocVecEnv:
         step_timeout: seconds a worker may take for one step before it is declared hung.
         start_timeout: seconds a worker may take to build its envs.
         worker_env: environment variables set in every worker before the envs are built.
+        worker_cpus: CPU ids every worker process is pinned to (None: the parent's mask). Giving
+            the env workers cores of their own, and the policy the rest (``robo_rl.affinity.pin_process``), is what
+            lets pipelined collection overlap env steps with policy compute on a CPU machine.
     """
 
     def __init__(self, factories: list[EnvFactory], step_timeout: float = 60.0, start_timeout: float = 180.0,
                  worker_env: dict[str, str] | None = None, start_method: str = "spawn",
-                 envs_per_worker: int = 1) -> None:
+                 envs_per_worker: int = 1, worker_cpus: tuple[int, ...] | None = None) -> None:
         if not factories:
             raise RoboRLError("SubprocVecEnv needs at least one env factory (num_envs >= 1)")
         if envs_per_worker < 1:
             raise RoboRLError(f"envs_per_worker = {envs_per_worker} must be >= 1")
+        self._cpus = None if worker_cpus is None else check_cpus(worker_cpus, "env.worker_cpus")
         self._ctx = mp.get_context(start_method)
         self._factories = factories
         self._worker_env = dict(worker_env or {})
@@ -220,7 +230,8 @@ class SubprocVecEnv:
     def _spawn(self, w: int) -> _Worker:
         parent, child = self._ctx.Pipe()
         rows = self._rows[w]
-        proc = self._ctx.Process(target=_worker, args=(child, [self._factories[i] for i in rows], rows, self._worker_env),
+        proc = self._ctx.Process(target=_worker,
+                                 args=(child, [self._factories[i] for i in rows], rows, self._worker_env, self._cpus),
                                  daemon=True, name=f"robo-rl-env-worker-{w}")
         proc.start()
         child.close()
@@ -435,9 +446,11 @@ class SubprocVecEnv:
             pass
 
 
-def render_threads(num_workers: int) -> str:
-    """llvmpipe/lavapipe threads per worker: the machine's cores shared among the workers."""
-    return str(max(1, (os.cpu_count() or 1) // max(1, num_workers)))
+def render_threads(num_workers: int, cpus: tuple[int, ...] | None = None) -> str:
+    """llvmpipe/lavapipe threads per worker: the cores the workers may use (``cpus``, else all of
+    this process's) shared among the workers."""
+    n = len(cpus) if cpus is not None else len(os.sched_getaffinity(0))
+    return str(max(1, n // max(1, num_workers)))
 
 
 class VecEnvWrapper:

@@ -58,11 +58,16 @@ def test_pipelined_collection_equals_the_serial_loop(need_maniskill):
 
 
 def test_bench_rollout_prints_both_ratios(need_maniskill):
+    import os
+
     from tests.conftest import run_cli
 
-    proc = run_cli("bench", "rollout", "--steps", "3", "--rounds", "1", "--hidden", "32")
+    cpus = sorted(os.sched_getaffinity(0))  # env workers on the first core, the policy on the last
+    proc = run_cli("bench", "rollout", "--steps", "3", "--rounds", "1", "--hidden", "32",
+                   "--env-cpus", str(cpus[0]), "--policy-cpus", str(cpus[-1]))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "pipelined / serial = " in proc.stdout and "limit" in proc.stdout
+    assert f"env workers on CPUs [{cpus[0]}], policy on CPUs [{cpus[-1]}]" in proc.stdout
 
 
 def test_bench_scale_drives_envs_with_the_vla(need_maniskill, tmp_path):

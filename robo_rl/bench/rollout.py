@@ -1,7 +1,8 @@
 """Rollout collection with the trainer's ``Collector``: serial (policy for all envs, then step all
 envs) vs pipelined (``run.pipeline``: the env workers in two groups, one group steps while the policy
 acts for the other), on the same envs and policy,
-with the limit B / max(t_env, t_policy) measured in the same run, and the two-group bound
+with the limit B / max(t_env, t_policy) measured in the same run (t_env: the faster of stepping all
+workers at once and the two groups in turn), and the two-group bound
 B / (2 max(t_env of one group, t_policy on half the batch)), which is what double buffering can
 reach when the policy's cost does not halve with the batch (CPU GEMMs at small batch). Rounds alternate between the
 modes; medians are reported.
@@ -9,9 +10,13 @@ modes; medians are reported.
     robo-rl bench rollout                               # PushCube state, 4 envs in 4 workers, a wide MLP
     robo-rl bench rollout --hidden 1024 1024 --num-envs 8
     robo-rl bench rollout --num-envs 32 --envs-per-worker 16 --hidden 1024 1024 1024   # 2 workers
+    robo-rl bench rollout --env-cpus 0 --policy-cpus 1 ...   # env workers and policy on cores of their own
 
 The policy's width sets t_policy; pipelining can only pay off when t_env and t_policy are comparable
-and there are cores for both (on a 2-core machine the env workers and the policy share them).
+and there are cores for both. Unpinned, the env workers and the policy share every core (on a 2-core
+machine both halves of a step compete for the same two); ``--env-cpus`` / ``--policy-cpus`` pin them
+apart (``env.worker_cpus`` / ``run.policy_cpus`` in a training config), the CPU analogue of CPU envs
+and a GPU policy.
 """
 
 from __future__ import annotations
@@ -44,16 +49,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=100, help="collection steps per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the policy")
+    ap.add_argument("--env-cpus", type=int, nargs="+", default=None, help="CPU ids the env workers are pinned to")
+    ap.add_argument("--policy-cpus", type=int, nargs="+", default=None, help="CPU ids this process (policy) is pinned to")
     args = ap.parse_args(argv)
     from policies.mlp import MLPActorCritic, MLPConfig
+    from robo_rl.affinity import pin_process
     from robo_rl.errors import RoboRLError
     from robo_rl.rollout.buffer import obs_to_torch
     from robo_rl.rollout.collector import Collector
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 
+    if args.policy_cpus is not None:
+        pin_process(args.policy_cpus, "--policy-cpus")
     torch.set_num_threads(args.threads)
     env = ManiSkillVecEnv(ManiSkillConfig(task=args.task, num_envs=args.num_envs, obs_mode="state", backend="cpu",
-                                          envs_per_worker=args.envs_per_worker))
+                                          envs_per_worker=args.envs_per_worker,
+                                          worker_cpus=None if args.env_cpus is None else tuple(args.env_cpus)))
     try:
         if env.num_workers < 2:
             raise RoboRLError("bench rollout needs >= 2 env workers (--num-envs >= 2)")
@@ -63,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         zeros = np.zeros((env.num_envs, *env.action_spec.shape), np.float32)
         n = env.num_workers
         group = list(range(n // 2))  # the pipeline's first group of workers, and its rows
+        other = list(range(n // 2, n))
         rows = torch.as_tensor([r for w in group for r in env.worker_rows[w]])
-        t_env, t_pol, t_env_g, t_pol_h, r_serial, r_pipe = [], [], [], [], [], []
+        t_env, t_pol, t_env_g, t_env_o, t_pol_h, r_serial, r_pipe = [], [], [], [], [], [], []
         for _ in range(args.rounds):
             t0 = time.perf_counter()
             for _ in range(20):
@@ -75,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                 env.step_async(zeros, group)
                 env.step_wait()
             t_env_g.append((time.perf_counter() - t0) / 20)
+            t0 = time.perf_counter()
+            for _ in range(20):
+                env.step_async(zeros, other)
+                env.step_wait()
+            t_env_o.append((time.perf_counter() - t0) / 20)
             tobs = obs_to_torch(obs)
             half = {k: v[rows] for k, v in tobs.items() if isinstance(v, torch.Tensor)}
             with torch.no_grad():
@@ -91,16 +108,23 @@ def main(argv: list[str] | None = None) -> int:
             rate, tobs = collect_rate(cols[1], tobs)
             r_pipe.append(rate)
             obs = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tobs.items()}
-        te, tp = statistics.median(t_env), statistics.median(t_pol)
+        t_all, tp = statistics.median(t_env), statistics.median(t_pol)
         tg, th = statistics.median(t_env_g), statistics.median(t_pol_h)
+        t_turns = tg + statistics.median(t_env_o)
+        # t_env: the fastest the env side steps every env once, all workers at once or the two groups in
+        # turn (on fewer cores than workers, workers time-sharing a core can be slower than taking turns)
+        te = min(t_all, t_turns)
         limit = env.num_envs / max(te, tp)
         # two groups in turn: a full step of all envs takes at least 2 x max(one group's env step, the
         # policy on half the batch); it equals the limit only if both halve with the batch
         bound = env.num_envs / (2 * max(tg, th))
         s, p = statistics.median(r_serial), statistics.median(r_pipe)
         print(f"{args.task}, {env.num_envs} envs in {env.num_workers} workers, policy MLP {args.hidden}, "
-              f"torch threads {torch.get_num_threads()}")
-        print(f"t_env {te * 1e3:.2f} ms, t_policy {tp * 1e3:.2f} ms per step of all envs; one group's env step "
+              f"torch threads {torch.get_num_threads()}; env workers on CPUs "
+              f"{args.env_cpus or 'any'}, policy on CPUs {args.policy_cpus or 'any'}")
+        print(f"t_env {te * 1e3:.2f} ms (all workers at once {t_all * 1e3:.2f}, the two groups in turn "
+              f"{t_turns * 1e3:.2f}), t_policy {tp * 1e3:.2f} ms per step of all envs (t_env / t_policy "
+              f"{te / tp:.2f}); one group's env step "
               f"{tg * 1e3:.2f} ms, policy on half the batch {th * 1e3:.2f} ms ({th / tp:.2f} of the whole)")
         print(f"{'':>16} {'env steps/s':>12} {'/ limit':>8}")
         print(f"{'limit':>16} {limit:12.1f} {1.0:8.2f}")

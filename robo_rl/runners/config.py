@@ -58,6 +58,9 @@ class RunConfig:
     """Show a rich progress bar."""
     torch_threads: int = 1
     """torch intra-op threads in the learner process."""
+    policy_cpus: tuple[int, ...] | None = None
+    """CPU ids the trainer process (policy and learner) is pinned to (null: no pinning); needs
+    ``env.worker_cpus`` too, so that env workers and policy get cores of their own."""
     init_from: str | None = None
     """Start the policy from this run directory or checkpoint (e.g. an SFT run before PPO)."""
 
@@ -137,3 +140,9 @@ class TrainConfig:
     """Run settings."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """Ray rollout workers (off unless cluster.address is set)."""
+
+    def __post_init__(self) -> None:
+        if self.run.policy_cpus is not None and getattr(self.env, "worker_cpus", None) is None:
+            raise ConfigError("config key 'run.policy_cpus' needs 'env.worker_cpus' as well (env workers started by "
+                              "a pinned trainer would inherit, and crowd, its cores); set both, e.g. "
+                              "env.worker_cpus=[0] run.policy_cpus=[1]")

@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from robo_rl import checkpoint as ckpt_io
+from robo_rl.affinity import check_cpus, pin_process
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, RoboRLError, RunDirError
 from robo_rl.rollout.collector import Collector
@@ -131,6 +132,8 @@ class Trainer:
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         cfg, rc = self.cfg, self.cfg.run
+        if rc.policy_cpus is not None:
+            pin_process(rc.policy_cpus)
         torch.set_num_threads(rc.torch_threads)
         self._seed(rc.seed)
         self.generator = torch.Generator().manual_seed(rc.seed)
@@ -313,6 +316,15 @@ def load_policy_weights(policy: Any, source: str) -> Path:
     return ckpt
 
 
+def check_local_cpus(cfg: TrainConfig) -> None:
+    """One-line errors for CPU ids this machine lacks (``env.worker_cpus``, ``run.policy_cpus``) before
+    a run directory exists; on Ray the workers' own machines check their envs' ids."""
+    if getattr(cfg.env, "worker_cpus", None) is not None:
+        check_cpus(cfg.env.worker_cpus, "env.worker_cpus")
+    if cfg.run.policy_cpus is not None:
+        check_cpus(cfg.run.policy_cpus, "run.policy_cpus")
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Start a fresh run (offline algorithms such as bc run the offline loop)."""
     from robo_rl.registry import ALGORITHMS
@@ -321,6 +333,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         from robo_rl.distributed.rollout import preflight
 
         preflight(cfg)  # one-line errors before anything starts
+    else:
+        check_local_cpus(cfg)
     run_dir = make_run_dir(cfg)
     if getattr(ALGORITHMS.get(cfg.algo.name), "offline", False):
         from robo_rl.runners.offline import OfflineTrainer

@@ -60,6 +60,9 @@ class LiberoConfig:
     """Seconds before a worker step is declared hung and the worker replaced."""
     envs_per_worker: int = 1
     """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
+    worker_cpus: tuple[int, ...] | None = None
+    """CPU ids the env worker processes are pinned to (null: no pinning). With ``run.policy_cpus`` on
+    the other cores, env steps and policy compute run side by side (what ``run.pipeline`` overlaps)."""
     variations: VariationConfig = VariationConfig()
     """Per-reset camera / lighting / object-pose / instruction variations (all off by default)."""
 
@@ -234,10 +237,11 @@ class LiberoVecEnv(VecEnvWrapper):
         self.num_envs = cfg.num_envs
         self.instructions = [tasks[ids[i % len(ids)]].instruction for i in range(cfg.num_envs)]
         workers = -(-cfg.num_envs // cfg.envs_per_worker)
-        worker_env = {"MUJOCO_GL": cfg.gl, "PYOPENGL_PLATFORM": cfg.gl, "LP_NUM_THREADS": render_threads(workers),
+        worker_env = {"MUJOCO_GL": cfg.gl, "PYOPENGL_PLATFORM": cfg.gl,
+                      "LP_NUM_THREADS": render_threads(workers, cfg.worker_cpus),
                       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self.render_devices = render_devices(cfg)
         factories = [_Factory(cfg, ids[i % len(ids)], i, self.render_devices[i]) for i in range(cfg.num_envs)]
         self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env,
-                                       envs_per_worker=cfg.envs_per_worker)
+                                       envs_per_worker=cfg.envs_per_worker, worker_cpus=cfg.worker_cpus)
         self.obs_spec, self.action_spec = self._impl.obs_spec, self._impl.action_spec

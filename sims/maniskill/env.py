@@ -55,6 +55,9 @@ class ManiSkillConfig:
     """Seconds before a worker step is declared hung and the worker replaced."""
     envs_per_worker: int = 1
     """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
+    worker_cpus: tuple[int, ...] | None = None
+    """CPU ids the env worker processes are pinned to (null: no pinning). With ``run.policy_cpus`` on
+    the other cores, env steps and policy compute run side by side (what ``run.pipeline`` overlaps)."""
     variations: VariationConfig = VariationConfig()
     """Per-reset camera / lighting / object-pose variations (CPU backend; off by default)."""
     render_device: int | Literal["auto", "cpu"] = "auto"
@@ -374,11 +377,12 @@ class ManiSkillVecEnv(VecEnvWrapper):
             self._impl = _GPUBatch(cfg, render)
         else:
             workers = -(-cfg.num_envs // cfg.envs_per_worker)
-            worker_env = {"LP_NUM_THREADS": render_threads(workers), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            worker_env = {"LP_NUM_THREADS": render_threads(workers, cfg.worker_cpus), "OMP_NUM_THREADS": "1",
+                          "MKL_NUM_THREADS": "1"}
             self.render_backends = render_backends(cfg)
             self._impl = SubprocVecEnv([_Factory(cfg, render, rb) for rb in self.render_backends],
                                        step_timeout=cfg.step_timeout, worker_env=worker_env,
-                                       envs_per_worker=cfg.envs_per_worker)
+                                       envs_per_worker=cfg.envs_per_worker, worker_cpus=cfg.worker_cpus)
         self.obs_spec = self._impl.obs_spec
         self.action_spec = self._impl.action_spec
 
