@@ -3,7 +3,7 @@ envs) vs pipelined (``run.pipeline``: the env workers in two groups, one group s
 acts for the other), on the same envs and policy,
 with the limit B / max(t_env, t_policy) measured in the same run (t_env: the faster of stepping all
 workers at once and the two groups in turn), and the two-group bound
-B / (2 max(t_env of one group, t_policy on half the batch)), which is what double buffering can
+B / (sum over the two groups of max(t_env of the group, t_policy on half the batch)), which is what double buffering can
 reach when the policy's cost does not halve with the batch (CPU GEMMs at small batch). Rounds alternate between the
 modes; medians are reported.
 
@@ -109,15 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             r_pipe.append(rate)
             obs = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tobs.items()}
         t_all, tp = statistics.median(t_env), statistics.median(t_pol)
-        tg, th = statistics.median(t_env_g), statistics.median(t_pol_h)
-        t_turns = tg + statistics.median(t_env_o)
+        tg, to, th = statistics.median(t_env_g), statistics.median(t_env_o), statistics.median(t_pol_h)
+        t_turns = tg + to
         # t_env: the fastest the env side steps every env once, all workers at once or the two groups in
         # turn (on fewer cores than workers, workers time-sharing a core can be slower than taking turns)
         te = min(t_all, t_turns)
         limit = env.num_envs / max(te, tp)
-        # two groups in turn: a full step of all envs takes at least 2 x max(one group's env step, the
-        # policy on half the batch); it equals the limit only if both halve with the batch
-        bound = env.num_envs / (2 * max(tg, th))
+        # two groups in turn: a full step of all envs takes at least max(group 0's env step, the policy on
+        # half the batch) + the same for group 1; it equals the limit only if both halve with the batch
+        bound = env.num_envs / (max(tg, th) + max(to, th))
         s, p = statistics.median(r_serial), statistics.median(r_pipe)
         print(f"{args.task}, {env.num_envs} envs in {env.num_workers} workers, policy MLP {args.hidden}, "
               f"torch threads {torch.get_num_threads()}; env workers on CPUs "
