@@ -35,8 +35,10 @@ def _one_line_error(proc: subprocess.CompletedProcess) -> str:
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs")
+    cpus = sorted(os.sched_getaffinity(0))  # pinned and pipelined: env workers on one core, the trainer on another
     proc = run_cli("train", "configs/quickstart.yaml", *SMALL, "run.total_env_steps=64", f"run.out_dir={out}",
-                   "run.name=two-iters")
+                   "run.name=two-iters", f"env.worker_cpus=[{cpus[0]}]", f"run.policy_cpus=[{cpus[-1]}]",
+                   "run.pipeline=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / "two-iters"
 
@@ -48,6 +50,7 @@ def test_two_iteration_train_writes_a_complete_run_dir(trained_run, need_maniski
     assert rows[0]["eval/success_rate"] != "" and float(rows[0]["steps_per_s"]) > 0
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["env"]["task"] == "PickCube-v1" and cfg["run"]["total_env_steps"] == 64
+    assert cfg["run"]["pipeline"] and cfg["run"]["policy_cpus"] == [sorted(os.sched_getaffinity(0))[-1]]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 64 and summary["final_eval"]["episodes"] == 2
     assert (run / "learning_curve.png").stat().st_size > 1000
