@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,14 @@ def collect_rate(col: Any, obs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     t0 = time.perf_counter()
     _, steps = col.collect()
     return steps / (time.perf_counter() - t0), col.tobs
+
+
+def per_call(fn: Callable[[], Any], calls: int = 20) -> float:
+    """Mean seconds per call of ``fn`` over ``calls`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,33 +85,22 @@ def main(argv: list[str] | None = None) -> int:
         group = list(range(n // 2))  # the pipeline's first group of workers, and its rows
         other = list(range(n // 2, n))
         rows = torch.as_tensor([r for w in group for r in env.worker_rows[w]])
+
+        def step_group(workers: list[int]) -> None:
+            env.step_async(zeros, workers)
+            env.step_wait()
+
         t_env, t_pol, t_env_g, t_env_o, t_pol_h, r_serial, r_pipe = [], [], [], [], [], [], []
         for _ in range(args.rounds):
-            t0 = time.perf_counter()
-            for _ in range(20):
-                obs = env.step(zeros).obs
-            t_env.append((time.perf_counter() - t0) / 20)
-            t0 = time.perf_counter()
-            for _ in range(20):
-                env.step_async(zeros, group)
-                env.step_wait()
-            t_env_g.append((time.perf_counter() - t0) / 20)
-            t0 = time.perf_counter()
-            for _ in range(20):
-                env.step_async(zeros, other)
-                env.step_wait()
-            t_env_o.append((time.perf_counter() - t0) / 20)
+            t_env.append(per_call(lambda: env.step(zeros)))
+            obs = env.step(zeros).obs
+            t_env_g.append(per_call(lambda: step_group(group)))
+            t_env_o.append(per_call(lambda: step_group(other)))
             tobs = obs_to_torch(obs)
             half = {k: v[rows] for k, v in tobs.items() if isinstance(v, torch.Tensor)}
             with torch.no_grad():
-                t0 = time.perf_counter()
-                for _ in range(20):
-                    policy.act(tobs)
-                t_pol.append((time.perf_counter() - t0) / 20)
-                t0 = time.perf_counter()
-                for _ in range(20):
-                    policy.act(half)
-                t_pol_h.append((time.perf_counter() - t0) / 20)
+                t_pol.append(per_call(lambda o=tobs: policy.act(o)))
+                t_pol_h.append(per_call(lambda o=half: policy.act(o)))
             rate, tobs = collect_rate(cols[0], obs_to_torch(obs))
             r_serial.append(rate)
             rate, tobs = collect_rate(cols[1], tobs)
