@@ -51,6 +51,48 @@ class SingleEnv(Protocol):
 EnvFactory = Callable[[], SingleEnv]
 
 
+class BatchEnv(Protocol):
+    """``num_envs`` envs in one batched scene (e.g. a ManiSkill ``physx_cuda`` scene) as one worker
+    hosts it. Arrays carry a leading (n,) dim; non-array entries (``instruction``) are lists of n.
+    No auto-reset: the worker resets finished rows with ``reset_rows`` (at a chunk's end)."""
+
+    num_envs: int
+    obs_spec: dict[str, ArraySpec]
+    """Per-row specs (no batch dim), as a SingleEnv's."""
+    action_spec: ArraySpec
+
+    def reset(self, seeds: list[int | None]) -> dict[str, Any]:
+        """Reset all n rows, row j with ``seeds[j]``; returns the (n, ...) observation."""
+        ...
+
+    def reset_rows(self, rows: np.ndarray) -> dict[str, Any]:
+        """Reset only ``rows`` (indices into 0..n-1); returns the observation of all n rows."""
+        ...
+
+    def step(self, actions: np.ndarray) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """``actions`` (n, A) -> (obs, reward (n,), terminated (n,), truncated (n,), info with 'success' (n,))."""
+        ...
+
+    def render(self) -> np.ndarray:
+        """(n, H, W, 3) frames."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class BatchEnvFactory(Protocol):
+    """Picklable zero-arg callable building a BatchEnv of ``num_envs`` rows (one worker's worth)."""
+
+    num_envs: int
+
+    def __call__(self) -> BatchEnv: ...
+
+
+def is_batch_factory(f: Any) -> bool:
+    """Whether ``f`` builds a BatchEnv (it says how many rows) rather than one SingleEnv."""
+    return isinstance(getattr(f, "num_envs", None), int)
+
+
 def _write_obs(bufs: SharedArrays, prefix: str, i: int, obs: dict[str, Any]) -> dict[str, Any]:
     """Write array entries of ``obs`` into row i of the shared buffers; return the other entries."""
     rest = {}
@@ -95,6 +137,68 @@ def _step_one(env: SingleEnv, bufs: SharedArrays, i: int, chunk: np.ndarray | No
     return (rest, final_rest, extra) if (rest or final_rest or extra) else None
 
 
+def _rows_rest(obs: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The non-array entries of a batched obs (lists of n) as one dict per row."""
+    keys = [k for k, v in obs.items() if not isinstance(v, np.ndarray)]
+    return [{k: obs[k][j] for k in keys} for j in range(n)]
+
+
+def _write_rows(bufs: SharedArrays, prefix: str, rows: list[int], obs: dict[str, Any],
+                sel: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """Write a batched obs into the shm rows ``rows`` (only the rows where ``sel``); returns per-row rests."""
+    idx = np.arange(len(rows)) if sel is None else np.flatnonzero(sel)
+    target = np.asarray(rows)[idx]
+    for k, v in obs.items():
+        arr = bufs.arrays.get(f"{prefix}/{k}")
+        if arr is not None:
+            arr[target] = np.asarray(v)[idx]
+    return _rows_rest({k: v for k, v in obs.items() if f"{prefix}/{k}" not in bufs.arrays}, len(rows))
+
+
+def _step_batch(env: BatchEnv, bufs: SharedArrays, rows: list[int], chunks: list[np.ndarray] | None) -> list:
+    """Step a batched worker's n rows, with the per-row semantics of ``_step_one``: with chunks
+    (n, H, A) every row runs its actions in turn, and a row whose episode ends stops counting there
+    (reward, success, ``chunk_steps``, its final obs); the scene still steps it to the chunk's end,
+    then the finished rows are reset together."""
+    n = len(rows)
+    acts = bufs["actions"][rows][:, None] if chunks is None else np.stack(chunks).astype(np.float32)
+    reward, steps = np.zeros(n, np.float64), np.zeros(n, np.int64)
+    term, trunc, success, done = (np.zeros(n, bool) for _ in range(4))
+    finals: list[dict[str, Any]] = [{} for _ in range(n)]
+    extra_rows: list[dict[str, Any]] = [{} for _ in range(n)]
+    for h in range(acts.shape[1]):
+        obs, r, te, tr, info = env.step(acts[:, h])
+        live = ~done
+        reward[live] += np.asarray(r, np.float64)[live]
+        steps[live] += 1
+        success[live] |= np.asarray(info["success"], bool)[live]
+        ended = live & (np.asarray(te, bool) | np.asarray(tr, bool))
+        term[ended], trunc[ended] = np.asarray(te, bool)[ended], np.asarray(tr, bool)[ended]
+        if ended.any():
+            for j, fr in zip(np.flatnonzero(ended), _write_rows(bufs, "final", rows, obs, ended)):
+                finals[j] = fr
+            for k, v in info.items():
+                if k != "success" and isinstance(v, (list, np.ndarray)) and len(v) == n:
+                    for j in np.flatnonzero(ended):
+                        extra_rows[j][k] = v[j]
+        done |= ended
+        if done.all():
+            break
+    if done.any():
+        obs = env.reset_rows(np.flatnonzero(done))
+    rest = _write_rows(bufs, "obs", rows, obs)
+    bufs["reward"][rows] = reward
+    bufs["terminated"][rows] = term
+    bufs["truncated"][rows] = trunc
+    bufs["success"][rows] = success
+    bufs["has_final"][rows] = done
+    out = []
+    for j in range(n):
+        extra = {**extra_rows[j], **({"chunk_steps": int(steps[j])} if chunks is not None else {})}
+        out.append((rest[j], finals[j] if done[j] else None, extra) if (rest[j] or done[j] or extra) else None)
+    return out
+
+
 def _reply(conn: Any, msg: tuple) -> bool:
     """Send one reply; False when the parent has gone (closed pipe), so the worker exits quietly instead of
     printing a BrokenPipeError traceback for a parent that stopped or killed it mid-start."""
@@ -129,16 +233,25 @@ def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env:
         conn.close()
         return
     bufs: SharedArrays | None = None
-    alive = _reply(conn, ("ok", [(e.obs_spec, e.action_spec) for e in envs]))
+    batch = envs[0] if len(envs) == 1 and is_batch_factory(factories[0]) else None
+    alive = _reply(conn, ("ok", [(e.obs_spec, e.action_spec) for e in envs] * (len(rows) if batch else 1)))
     while alive:
         try:
             cmd, data = conn.recv()
         except (EOFError, ConnectionResetError, KeyboardInterrupt):
             break
+        reply: tuple
         try:
-            if cmd == "step":
+            if batch is not None and cmd in ("step", "reset", "render"):
+                if cmd == "step":
+                    reply = ("ok", _step_batch(batch, bufs, rows, data))
+                elif cmd == "reset":
+                    reply = ("ok", _write_rows(bufs, "obs", rows, batch.reset(list(data))))
+                else:
+                    reply = ("ok", list(batch.render()))
+            elif cmd == "step":
                 chunks = [None] * len(envs) if data is None else data
-                reply: tuple = ("ok", [_step_one(e, bufs, i, c) for e, i, c in zip(envs, rows, chunks)])
+                reply = ("ok", [_step_one(e, bufs, i, c) for e, i, c in zip(envs, rows, chunks)])
             elif cmd == "reset":
                 reply = ("ok", [_write_obs(bufs, "obs", i, e.reset(seed=sd)) for e, i, sd in zip(envs, rows, data)])
             elif cmd == "attach":
@@ -172,8 +285,10 @@ class SubprocVecEnv:
     VecEnv contract. Actions and array observations travel through shared memory.
 
     Args:
-        factories: one picklable zero-arg callable per env (B in all).
-        envs_per_worker: envs hosted (and stepped in turn) by one worker process.
+        factories: one picklable zero-arg callable per env (B in all); or one ``BatchEnvFactory``
+            per worker, each building a batched scene of its ``num_envs`` rows (B = their sum), as
+            ManiSkill's GPU backend does: the same contract, restarts and pipelining either way.
+        envs_per_worker: envs hosted (and stepped in turn) by one worker process (single-env factories).
         step_timeout: seconds a worker may take for one step before it is declared hung.
         start_timeout: seconds a worker may take to build its envs.
         worker_env: environment variables set in every worker before the envs are built.
@@ -191,13 +306,25 @@ class SubprocVecEnv:
             raise RoboRLError(f"envs_per_worker = {envs_per_worker} must be >= 1")
         self._cpus = None if worker_cpus is None else check_cpus(worker_cpus, "env.worker_cpus")
         self._ctx = mp.get_context(start_method)
-        self._factories = factories
         self._worker_env = dict(worker_env or {})
         self.step_timeout = step_timeout
         self.start_timeout = start_timeout
-        self.num_envs = len(factories)
-        self._rows = [list(range(s, min(s + envs_per_worker, self.num_envs)))
-                      for s in range(0, self.num_envs, envs_per_worker)]
+        batched = [is_batch_factory(f) for f in factories]
+        if any(batched) and not all(batched):
+            raise RoboRLError("SubprocVecEnv factories must all build single envs or all build batched scenes")
+        self.batched = all(batched)
+        if self.batched:
+            sizes = [int(f.num_envs) for f in factories]  # type: ignore[attr-defined]
+            if min(sizes) < 1:
+                raise RoboRLError(f"every batched worker needs >= 1 env; got sizes {sizes}")
+            starts = np.cumsum([0, *sizes])
+            self._rows = [list(range(int(a), int(b))) for a, b in zip(starts[:-1], starts[1:])]
+            self._worker_factories = [[f] for f in factories]
+        else:
+            self._rows = [list(range(s, min(s + envs_per_worker, len(factories))))
+                          for s in range(0, len(factories), envs_per_worker)]
+            self._worker_factories = [[factories[i] for i in rows] for rows in self._rows]
+        self.num_envs = sum(len(r) for r in self._rows)
         self.restarts = 0
         self._workers: list[_Worker | None] = [None] * len(self._rows)
         self._last_rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
@@ -231,7 +358,7 @@ class SubprocVecEnv:
         parent, child = self._ctx.Pipe()
         rows = self._rows[w]
         proc = self._ctx.Process(target=_worker,
-                                 args=(child, [self._factories[i] for i in rows], rows, self._worker_env, self._cpus),
+                                 args=(child, self._worker_factories[w], rows, self._worker_env, self._cpus),
                                  daemon=True, name=f"robo-rl-env-worker-{w}")
         proc.start()
         child.close()

@@ -26,12 +26,12 @@ class _Deterministic:
         return getattr(self.p, name)
 
 
-def _collect(pipeline: bool):
+def _collect(pipeline: bool, **env_kw):
     from policies.mlp import MLPActorCritic, MLPConfig
     from robo_rl.rollout.collector import Collector
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 
-    env = ManiSkillVecEnv(ManiSkillConfig(task="PushCube-v1", num_envs=4, max_episode_steps=6))
+    env = ManiSkillVecEnv(ManiSkillConfig(task="PushCube-v1", num_envs=4, max_episode_steps=6, **env_kw))
     try:
         torch.manual_seed(0)
         policy = MLPActorCritic(MLPConfig(hidden=(32, 32)), env.obs_spec, env.action_spec)
@@ -44,9 +44,11 @@ def _collect(pipeline: bool):
         env.close()
 
 
-def test_pipelined_collection_equals_the_serial_loop(need_maniskill):
-    serial, eps_s = _collect(False)
-    piped, eps_p = _collect(True)
+@pytest.mark.parametrize("env_kw", [{}, {"scene_workers": 4, "backend": "cpu"}], ids=["single-env", "scene-workers"])
+def test_pipelined_collection_equals_the_serial_loop(need_maniskill, env_kw):
+    """Both worker kinds: single-env workers, and batched-scene workers (the GPU backend's path)."""
+    serial, eps_s = _collect(False, **env_kw)
+    piped, eps_p = _collect(True, **env_kw)
     assert eps_s == eps_p == 4 * 2  # 16 steps of 4 envs with a 6-step limit: two episodes each
     for (a, na), (b, nb) in zip(serial, piped):
         assert na == nb == 32
@@ -72,16 +74,19 @@ def test_bench_rollout_prints_both_ratios(need_maniskill):
 
 def test_bench_scale_drives_envs_with_the_vla(need_maniskill, tmp_path):
     """The GPU scale check's bench on CPU: a tiny OpenVLA-style model decodes actions for a real
-    ManiSkill rgb batch; rates and the time split are measured, the GPU is reported as absent."""
+    ManiSkill rgb batch in batched-scene workers (the GPU backend's worker kind); rates, the time split
+    and the rollout loop serial vs pipelined are measured, the GPU is reported as absent."""
     import json
 
     from tests.conftest import run_cli
 
     out = tmp_path / "scale.json"
-    proc = run_cli("bench", "scale", "--arch", "tiny", "--num-envs", "2", "--steps", "3", "--json", str(out))
+    proc = run_cli("bench", "scale", "--arch", "tiny", "--num-envs", "2", "--steps", "3", "--scene-workers", "2",
+                   "--pipeline", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     (row,) = res["rows"]
     assert row["num_envs"] == 2 and row["env_backend"] == "cpu" and row["env_steps_per_s"] > 0
     assert row["t_env_ms"] > 0 and row["t_policy_ms"] > 0 and 0 < row["policy_share"] < 1 and row["gpu"] is None
-    assert "GPU: n/a" in proc.stdout
+    assert row["serial_steps_per_s"] > 0 and row["pipelined_over_serial"] > 0
+    assert "GPU: n/a" in proc.stdout and "pipelined / serial = " in proc.stdout

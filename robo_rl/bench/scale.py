@@ -6,7 +6,8 @@ utilization and memory sampled while it runs (``nvidia-smi`` every 100 ms; n/a o
     robo-rl bench scale --arch openvla-7b --device cuda --dtype bfloat16 --env-backend gpu \\
         --num-envs 32 64 --steps 30 --json scale.json                                  # a GPU machine
 
-``--env-backend gpu`` is ManiSkill's batched ``physx_cuda`` (all envs in one process on the GPU);
+``--env-backend gpu`` is ManiSkill's batched ``physx_cuda`` (``--scene-workers`` processes, each one scene
+batch on the GPU; with ``--pipeline`` the rollout loop is also timed serial vs pipelined over them);
 ``cpu`` is our subprocess VecEnv (CPU physics, rendering on the GPU Ray/placement assigns when there is
 one). If the GPU backend cannot start (SAPIEN fetches its PhysX GPU library on first use, so an offline
 machine needs it placed beforehand), the error is reported and, with ``--fallback-cpu``, the bench goes
@@ -79,7 +80,34 @@ def _env(args: argparse.Namespace, num_envs: int, backend: str, image_size: int)
 
     return ManiSkillVecEnv(ManiSkillConfig(task=args.task, num_envs=num_envs, obs_mode="rgb", image_size=image_size,
                                            control_mode="pd_ee_delta_pose", backend=backend,
-                                           envs_per_worker=args.envs_per_worker))
+                                           envs_per_worker=args.envs_per_worker,
+                                           scene_workers=_scene_workers(args, num_envs, backend)))
+
+
+def _scene_workers(args: argparse.Namespace, num_envs: int, backend: str) -> int | None:
+    """``--scene-workers`` on the GPU backend; on CPU scenes hold one env each (0: single-env workers)."""
+    if not args.scene_workers:
+        return None
+    return min(args.scene_workers, num_envs) if backend == "gpu" else num_envs
+
+
+def collect_rates(env: Any, policy: Any, steps: int) -> dict[str, float]:
+    """Env steps/s of the training rollout loop (``Collector``: act, step, store, GAE), serial and then
+    pipelined (two worker groups stepping in turn while the policy acts for the other), same envs."""
+    from robo_rl.rollout.collector import Collector
+
+    out: dict[str, float] = {}
+    for mode in ("serial", "pipelined"):
+        col = Collector(env, policy, steps, 0.99, 0.95, pipeline=mode == "pipelined")
+        if mode == "pipelined" and not col.pipeline:
+            break
+        col.reset(seed=0)
+        t0 = time.perf_counter()
+        _, n = col.collect()
+        out[f"{mode}_steps_per_s"] = n / (time.perf_counter() - t0)
+    if "pipelined_steps_per_s" in out:
+        out["pipelined_over_serial"] = out["pipelined_steps_per_s"] / out["serial_steps_per_s"]
+    return out
 
 
 def run_one(args: argparse.Namespace, policy: Any, num_envs: int) -> dict[str, Any]:
@@ -119,6 +147,8 @@ def run_one(args: argparse.Namespace, policy: Any, num_envs: int) -> dict[str, A
                 t_pol.append(t1 - t0)
                 t_env.append(t2 - t1)
         wall = time.perf_counter() - t_start
+        if args.pipeline:
+            result.update(collect_rates(env, policy, args.steps))
     finally:
         gpu = sampler.stop()
         env.close()
@@ -132,6 +162,10 @@ def run_one(args: argparse.Namespace, policy: Any, num_envs: int) -> dict[str, A
           f"{result['policy_share']:.2f}) | GPU: " + (f"utilization mean {gpu['util_mean']:.0f}% (p90 "
           f"{gpu['util_p90']:.0f}%), memory max {gpu['mem_max_mib']:.0f} MiB ({gpu['samples']} samples)"
                                                       if gpu else "n/a (no nvidia-smi)"), flush=True)
+    if "serial_steps_per_s" in result:
+        print(f"  rollout loop: serial {result['serial_steps_per_s']:.1f} env steps/s" + (
+            f", pipelined {result['pipelined_steps_per_s']:.1f} (pipelined / serial = {result['pipelined_over_serial']:.2f})"
+            if "pipelined_steps_per_s" in result else " (pipelining needs >= 2 env workers)"), flush=True)
     return result
 
 
@@ -146,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-envs", type=int, nargs="+", default=[4], help="env batch sizes, one after the other")
     ap.add_argument("--envs-per-worker", type=int, default=1, help="CPU backend: envs per worker process")
     ap.add_argument("--env-backend", default="cpu", choices=["cpu", "gpu"])
+    ap.add_argument("--scene-workers", type=int, default=0,
+                    help="batched-scene env workers (GPU: physx_cuda scenes of num_envs/N envs each; CPU: one env each)")
+    ap.add_argument("--pipeline", action="store_true",
+                    help="also time the rollout loop serial vs pipelined (needs >= 2 env workers)")
     ap.add_argument("--fallback-cpu", action="store_true", help="use the CPU backend if the GPU one cannot start")
     ap.add_argument("--steps", type=int, default=10, help="measured steps (after 2 warm-up steps)")
     ap.add_argument("--json", default=None)

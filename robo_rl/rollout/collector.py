@@ -7,6 +7,7 @@ the learner only concatenates batches.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,8 @@ import torch
 from robo_rl.rollout.buffer import RolloutBatch, RolloutBuffer, obs_to_torch
 from robo_rl.rollout.normalize import ReturnScaler
 from robo_rl.rollout.stats import EpisodeStats
+
+log = logging.getLogger(__name__)
 
 
 class Collector:
@@ -33,6 +36,9 @@ class Collector:
         self.tobs: dict[str, Any] | None = None
         # pipelined collection needs >= 2 worker processes to split (a single-process env has nothing to overlap)
         self.pipeline = pipeline and getattr(env, "num_workers", 1) >= 2
+        if pipeline and not self.pipeline:
+            log.warning("run.pipeline needs >= 2 env worker processes and this env has %d; collecting serially "
+                        "(GPU backend: set env.scene_workers >= 2)", getattr(env, "num_workers", 1))
 
     @property
     def num_envs(self) -> int:

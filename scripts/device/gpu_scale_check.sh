@@ -2,7 +2,8 @@
 # Scale-out GPU check (issue: pipelined rollouts / Ray / multi-GPU): ManiSkill envs batched on the GPU
 # (physx_cuda; if SAPIEN's PhysX GPU library cannot be had offline, CPU physics + GPU rendering) driven
 # by an OpenVLA-7B-shaped random-init VLA decoding in bf16: env steps/s, env vs policy time, GPU
-# utilization and memory (`robo-rl bench scale`), at 32 and 64 envs. Run from anywhere:
+# utilization and memory (`robo-rl bench scale`), at 32 and 64 envs; two scene workers, and the rollout
+# loop timed serial vs pipelined over them. Run from anywhere:
 #   bash scripts/device/gpu_scale_check.sh
 # Carry .gl, .gpu (the simulator bundle, see README.md here) and .whl (transformers, as gpu_vla_check.sh).
 # Writes $OUT/scale_gpu.log and $OUT/scale_7b.json.
@@ -26,7 +27,7 @@ main() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader || echo "nvidia-smi failed"
   $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
   timeout "${SCALE_TIMEOUT:-420}" $PY -m robo_rl.cli bench scale --arch openvla-7b --device cuda --dtype bfloat16 \
-    --env-backend gpu --fallback-cpu --num-envs 32 64 --envs-per-worker 4 --steps 20 --json "$OUT/scale_7b.json"
+    --env-backend gpu --fallback-cpu --num-envs 32 64 --envs-per-worker 4 --scene-workers 2 --pipeline --steps 20 --json "$OUT/scale_7b.json"
   rc=$?
   echo "total: $(( $(date +%s) - t0 ))s, rc=$rc"
   return $rc

@@ -2,7 +2,10 @@
 
 CPU (``backend: cpu`` or ``auto`` without CUDA): ``physx_cpu`` allows one env per process, so each
 env lives in a spawn worker of ``sims.vector.SubprocVecEnv``.
-GPU (``backend: gpu`` or ``auto`` with CUDA): one in-process ``physx_cuda`` env batches all envs.
+GPU (``backend: gpu`` or ``auto`` with CUDA): ``env.scene_workers`` spawn workers (default 1), each one
+``physx_cuda`` scene batching its share of the envs on the GPU placement gives it; two or more let
+pipelined collection step one scene while the policy acts for the other. The same batched-scene
+workers run on CPU with ``env.scene_workers = env.num_envs`` (``physx_cpu``: one env per scene).
 
 Observations: ``state`` (B, D) float32 always; ``rgb`` (B, V, H, W, 3) uint8 in ``obs_mode: rgb``
 (V = number of sensor cameras). ``info["success"]`` (B,) comes from the task's own evaluate().
@@ -12,13 +15,13 @@ Episodes end ``terminated`` on success (ManiSkill's convention) and ``truncated`
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from robo_rl.contracts import ArraySpec, Observation, StepResult
+from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError, SimulatorUnavailable
 from sims.maniskill.tasks import check_assets, instruction_for, no_stdin_prompts
 from sims.variations import VariationConfig
@@ -58,6 +61,10 @@ class ManiSkillConfig:
     worker_cpus: tuple[int, ...] | None = None
     """CPU ids the env worker processes are pinned to (null: no pinning). With ``run.policy_cpus`` on
     the other cores, env steps and policy compute run side by side (what ``run.pipeline`` overlaps)."""
+    scene_workers: int | None = None
+    """Worker processes each holding one batched ManiSkill scene (GPU backend: null means 1; CPU
+    backend: must equal num_envs, as physx_cpu holds one env per scene; null there means the
+    single-env workers above)."""
     variations: VariationConfig = VariationConfig()
     """Per-reset camera / lighting / object-pose variations (CPU backend; off by default)."""
     render_device: int | Literal["auto", "cpu"] = "auto"
@@ -68,6 +75,9 @@ class ManiSkillConfig:
     def __post_init__(self) -> None:
         if self.num_envs < 1:
             raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
+        if self.scene_workers is not None and not 1 <= self.scene_workers <= self.num_envs:
+            raise ConfigError(f"config key 'env.scene_workers' = {self.scene_workers} must be in 1..env.num_envs "
+                              f"({self.num_envs})")
         if self.image_size < 16 or self.render_size < 16:
             raise ConfigError("config keys 'env.image_size'/'env.render_size' must be >= 16 pixels")
 
@@ -373,8 +383,18 @@ class ManiSkillVecEnv(VecEnvWrapper):
             raise SimulatorUnavailable("env.backend=gpu needs CUDA, which this machine lacks; use env.backend=cpu")
         self.backend = "gpu" if use_gpu else "cpu"
         self._impl: Any
-        if use_gpu:
-            self._impl = _GPUBatch(cfg, render)
+        if use_gpu or cfg.scene_workers is not None:
+            if not use_gpu and cfg.scene_workers != cfg.num_envs:
+                raise ConfigError(f"config key 'env.scene_workers' = {cfg.scene_workers}: the CPU backend (physx_cpu) "
+                                  f"holds one env per scene, so it must equal env.num_envs ({cfg.num_envs}) or be null")
+            if per_env_variations:
+                raise ConfigError("env.variations are applied per env by the single-env CPU workers only; "
+                                  "set env.scene_workers=null and env.backend=cpu for a variation split")
+            factories = scene_factories(cfg, use_gpu, render)
+            self.render_backends = [f.render_backend or "cpu" for f in factories for _ in range(f.num_envs)]
+            self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_cpus=cfg.worker_cpus,
+                                       worker_env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                                   "LP_NUM_THREADS": render_threads(len(factories), cfg.worker_cpus)})
         else:
             workers = -(-cfg.num_envs // cfg.envs_per_worker)
             worker_env = {"LP_NUM_THREADS": render_threads(workers, cfg.worker_cpus), "OMP_NUM_THREADS": "1",
@@ -387,53 +407,100 @@ class ManiSkillVecEnv(VecEnvWrapper):
         self.action_spec = self._impl.action_spec
 
 
-class _GPUBatch:
-    """All envs in one ``physx_cuda`` scene batch (partial resets by env index)."""
+class ManiSkillBatchEnv:
+    """One ManiSkill scene batch of ``num_envs`` envs (``sims.vector.BatchEnv``), for a worker process.
 
-    def __init__(self, cfg: ManiSkillConfig, render: bool) -> None:
+    ``physx_cuda[:i]`` batches any number of envs on GPU i; ``physx_cpu`` allows one env per scene (it
+    runs this same code path on machines without a GPU). No auto-reset: the worker resets finished rows
+    by index (ManiSkill's partial reset). The first reset seeds row j with ``seeds[j]``; later episodes
+    draw their seeds from ManiSkill's per-env main RNG (``enhanced_determinism``), so a run is
+    reproducible from its seed (the single-env workers use seed + k*B instead)."""
+
+    def __init__(self, cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool = False,
+                 render_backend: str | None = None) -> None:
         from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
-        self.cfg = cfg
+        if sim_backend.startswith("physx_cpu") and num_envs != 1:
+            raise ConfigError(f"ManiSkill physx_cpu holds one env per scene, not {num_envs}; batch scenes on the GPU "
+                              "(env.backend=gpu) or use env.scene_workers = env.num_envs on CPU")
+        self.cfg, self.num_envs = cfg, num_envs
+        # unseeded partial resets then draw each row's episode seed from its seeded main RNG (and seed
+        # torch for the task's init), so a run is reproducible from the first reset's seeds
+        cfg = replace(cfg, extra={"enhanced_determinism": True, **cfg.extra})
         try:
-            base = _make_gym_env(cfg, "physx_cuda", cfg.num_envs, render)
+            base = _make_gym_env(cfg, sim_backend, num_envs, render, render_backend)
         except Exception as err:  # SAPIEN fetches its PhysX GPU library from GitHub on first use
             lib = physx_gpu_library()
-            if lib is not None and not lib.exists():
+            if sim_backend.startswith("physx_cuda") and lib is not None and not lib.exists():
                 raise SimulatorUnavailable(
                     f"ManiSkill GPU physics needs SAPIEN's PhysX GPU library at {lib}, which SAPIEN downloads from "
                     f"GitHub on first use and could not ({type(err).__name__}); fetch {physx_gpu_url()} elsewhere and "
                     f"unzip it into {lib.parent}, or set env.backend: cpu") from None
             raise
-        self.env = ManiSkillVectorEnv(base, cfg.num_envs, auto_reset=True, ignore_terminations=False)
+        self.env = ManiSkillVectorEnv(base, num_envs, auto_reset=False, ignore_terminations=False, record_metrics=False)
         space = self.env.single_action_space
         self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
                                      float(np.max(space.high)), cfg.control_mode or "default")
-        self.instructions = [instruction_for(cfg.task)] * cfg.num_envs
-        obs, _ = self.reset(seed=0)
+        self.instructions = [instruction_for(cfg.task)] * num_envs
+        obs = self.reset([0] * num_envs)
         self.obs_spec = {k: ArraySpec(v.shape[1:], str(v.dtype)) for k, v in obs.items() if isinstance(v, np.ndarray)}
 
-    def _obs(self, raw: Any) -> Observation:
+    def _obs(self, raw: Any) -> dict[str, Any]:
         return {**_split_obs(raw, self.cfg.obs_mode), "instruction": list(self.instructions)}
 
-    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
-        seeds = None if seed is None else [seed + i for i in range(self.cfg.num_envs)]
-        raw, _ = self.env.reset(seed=seeds)
-        return self._obs(raw), {}
+    def reset(self, seeds: list[int | None]) -> dict[str, Any]:
+        """All rows; ``seeds`` (n,) all ints or all None."""
+        if any(sd is None for sd in seeds):
+            raw, _ = self.env.reset()
+        else:
+            raw, _ = self.env.reset(seed=[int(sd) for sd in seeds] if self.num_envs > 1 else int(seeds[0]))
+        return self._obs(raw)
 
-    def step(self, actions: np.ndarray) -> StepResult:
+    def reset_rows(self, rows: np.ndarray) -> dict[str, Any]:
+        import torch
+
+        raw, _ = self.env.reset(options={"env_idx": torch.as_tensor(rows, dtype=torch.long, device=self.env.device)})
+        return self._obs(raw)
+
+    def step(self, actions: np.ndarray) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         import torch
 
         raw, rew, term, trunc, info = self.env.step(torch.as_tensor(actions, device=self.env.device))
-        out: dict[str, Any] = {"success": _to_numpy(info["success"]).astype(bool)}
-        done = _to_numpy(term) | _to_numpy(trunc)
-        if done.any():
-            out["final_obs"] = self._obs(info["final_observation"])
-            out["success"] = np.where(done, _to_numpy(info["final_info"]["success"]).astype(bool), out["success"])
-        return StepResult(self._obs(raw), _to_numpy(rew).astype(np.float32),
-                          _to_numpy(term).astype(bool), _to_numpy(trunc).astype(bool), out)
+        n = self.num_envs
+        return (self._obs(raw), _to_numpy(rew).astype(np.float32).reshape(n), _to_numpy(term).astype(bool).reshape(n),
+                _to_numpy(trunc).astype(bool).reshape(n),
+                {"success": _to_numpy(info.get("success", np.zeros(n, bool))).astype(bool).reshape(n)})
 
     def render(self) -> np.ndarray:
         return _to_numpy(self.env.render()).astype(np.uint8)
 
     def close(self) -> None:
         self.env.close()
+
+
+@dataclass(frozen=True)
+class _BatchFactory:
+    """Picklable factory of one batched-scene worker (``sims.vector.BatchEnvFactory``)."""
+
+    cfg: ManiSkillConfig
+    sim_backend: str
+    num_envs: int
+    render: bool
+    render_backend: str | None
+
+    def __call__(self) -> ManiSkillBatchEnv:
+        return ManiSkillBatchEnv(self.cfg, self.sim_backend, self.num_envs, self.render, self.render_backend)
+
+
+def scene_factories(cfg: ManiSkillConfig, gpu: bool, render: bool) -> list[_BatchFactory]:
+    """One factory per scene worker: ``env.scene_workers`` batches of near-equal size, placed over the
+    visible GPUs (GPU-balanced placement: physics and rendering of a worker on its GPU)."""
+    from robo_rl.distributed.placement import describe, place_env_workers, visible_devices
+
+    workers = cfg.scene_workers or 1
+    sizes = [cfg.num_envs // workers + (w < cfg.num_envs % workers) for w in range(workers)]
+    placements = place_env_workers(sizes, visible_devices() if gpu else [])
+    if gpu:
+        log.info("ManiSkill scene placement: %s", describe(placements))
+    return [_BatchFactory(cfg, f"physx_cuda:{p.device or 0}" if gpu else "physx_cpu", p.envs, render,
+                          f"gpu:{p.device or 0}" if gpu else "cpu") for p in placements]

@@ -1,0 +1,75 @@
+"""Batched-scene env workers (the path ManiSkill's GPU backend takes: one ``physx_cuda`` scene of n
+envs per worker process), run here on ``physx_cpu`` scenes of one env. They must give the single-env
+workers' data through the first episodes (same seeds, same actions), end chunks per row, replace a
+killed worker, and pipeline like any SubprocVecEnv."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from robo_rl.errors import ConfigError
+
+pytestmark = pytest.mark.maniskill
+
+
+def _env(**kw):
+    from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
+
+    return ManiSkillVecEnv(ManiSkillConfig(**{"task": "PushCube-v1", "num_envs": 2, "backend": "cpu",
+                                              "max_episode_steps": 5, **kw}))
+
+
+def test_scene_workers_match_single_env_workers_and_end_chunks_per_row(need_maniskill):
+    scenes, singles = _env(scene_workers=2), _env()
+    try:
+        assert scenes._impl.batched and scenes.num_workers == 2 and not singles._impl.batched
+        assert scenes.obs_spec == singles.obs_spec and scenes.action_spec == singles.action_spec
+        oa, _ = scenes.reset(seed=3)
+        ob, _ = singles.reset(seed=3)
+        np.testing.assert_array_equal(oa["state"], ob["state"])
+        assert oa["instruction"] == ob["instruction"]
+        rng = np.random.default_rng(0)
+        for _ in range(5):
+            act = rng.uniform(-1, 1, (2, *scenes.action_spec.shape)).astype(np.float32)
+            ra, rb = scenes.step(act), singles.step(act)
+            np.testing.assert_allclose(ra.reward, rb.reward, rtol=1e-6)
+            np.testing.assert_array_equal(ra.truncated, rb.truncated)
+            np.testing.assert_array_equal(ra.info["success"], rb.info["success"])
+        assert ra.truncated.all() and "final_obs" in ra.info  # the 5-step limit, auto-reset by row
+        np.testing.assert_allclose(ra.info["final_obs"]["state"], rb.info["final_obs"]["state"], rtol=1e-6)
+        assert not np.allclose(ra.obs["state"], ra.info["final_obs"]["state"])  # a new episode began
+        chunk = rng.uniform(-1, 1, (2, 7, *scenes.action_spec.shape)).astype(np.float32)
+        res = scenes.step(chunk)  # 7 actions, but the episode ends after 5: the rest is dropped
+        assert res.info["chunk_steps"].tolist() == [5, 5] and res.truncated.all() and "final_obs" in res.info
+        short = scenes.step(chunk[:, :2])
+        assert short.info["chunk_steps"].tolist() == [2, 2] and not short.truncated.any()
+    finally:
+        scenes.close()
+        singles.close()
+
+
+def test_killed_scene_worker_is_replaced(need_maniskill):
+    env = _env(scene_workers=2)
+    try:
+        env.reset(seed=0)
+        victim = env.worker_pids[1]
+        os.kill(victim, signal.SIGKILL)
+        res = env.step(np.zeros((2, *env.action_spec.shape), np.float32))
+        assert res.info["worker_restarted"].tolist() == [False, True] and res.truncated.tolist() == [False, True]
+        assert env.restarts == 1 and env.worker_pids[1] != victim
+        assert env.step(np.zeros((2, *env.action_spec.shape), np.float32)).obs["state"].shape == (2, 35)
+    finally:
+        env.close()
+
+
+def test_scene_worker_config_errors_name_the_key(need_maniskill):
+    from sims.maniskill.env import ManiSkillConfig
+
+    with pytest.raises(ConfigError, match="env.scene_workers"):
+        _env(scene_workers=1)  # physx_cpu: one env per scene
+    with pytest.raises(ConfigError, match="env.scene_workers"):
+        ManiSkillConfig(num_envs=2, scene_workers=3)
