@@ -59,15 +59,17 @@ def test_pipelined_collection_equals_the_serial_loop(need_maniskill, env_kw):
         assert np.isfinite(b.advantages.numpy()).all()
 
 
-def test_bench_rollout_prints_both_ratios(need_maniskill):
+@pytest.mark.parametrize("scenes", [False, True], ids=["single-env", "scene-workers"])
+def test_bench_rollout_prints_both_ratios(need_maniskill, scenes):
     import os
 
     from tests.conftest import run_cli
 
     cpus = sorted(os.sched_getaffinity(0))  # env workers on the first core, the policy on the last
     proc = run_cli("bench", "rollout", "--steps", "3", "--rounds", "1", "--hidden", "32",
-                   "--env-cpus", str(cpus[0]), "--policy-cpus", str(cpus[-1]))
+                   "--env-cpus", str(cpus[0]), "--policy-cpus", str(cpus[-1]), *(["--scene-workers", "4"] if scenes else []))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("4 batched-scene workers" if scenes else "4 single-env workers") in proc.stdout
     assert "pipelined / serial = " in proc.stdout and "limit" in proc.stdout
     assert f"env workers on CPUs [{cpus[0]}], policy on CPUs [{cpus[-1]}]" in proc.stdout
 

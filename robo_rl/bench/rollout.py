@@ -11,6 +11,7 @@ modes; medians are reported.
     robo-rl bench rollout --hidden 1024 1024 --num-envs 8
     robo-rl bench rollout --num-envs 32 --envs-per-worker 16 --hidden 1024 1024 1024   # 2 workers
     robo-rl bench rollout --env-cpus 0 --policy-cpus 1 ...   # env workers and policy on cores of their own
+    robo-rl bench rollout --backend gpu --scene-workers 2 --num-envs 512   # two physx_cuda scene workers
 
 The policy's width sets t_policy; pipelining can only pay off when t_env and t_policy are comparable
 and there are cores for both. Unpinned, the env workers and the policy share every core (on a 2-core
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", default="PushCube-v1")
     ap.add_argument("--num-envs", type=int, default=4)
     ap.add_argument("--envs-per-worker", type=int, default=1, help="envs each env worker process steps in turn")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "gpu"], help="ManiSkill physics backend")
+    ap.add_argument("--scene-workers", type=int, default=0,
+                    help="batched-scene env workers (gpu: physx_cuda scenes of num_envs/N envs; cpu: one env each)")
     ap.add_argument("--hidden", type=int, nargs="+", default=[2048, 2048, 2048], help="policy MLP widths (sets t_policy)")
     ap.add_argument("--steps", type=int, default=100, help="collection steps per round")
     ap.add_argument("--rounds", type=int, default=3)
@@ -71,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.policy_cpus is not None:
         pin_process(args.policy_cpus, "--policy-cpus")
     torch.set_num_threads(args.threads)
-    env = ManiSkillVecEnv(ManiSkillConfig(task=args.task, num_envs=args.num_envs, obs_mode="state", backend="cpu",
-                                          envs_per_worker=args.envs_per_worker,
+    scenes = None if not args.scene_workers else (args.scene_workers if args.backend == "gpu" else args.num_envs)
+    env = ManiSkillVecEnv(ManiSkillConfig(task=args.task, num_envs=args.num_envs, obs_mode="state", backend=args.backend,
+                                          envs_per_worker=args.envs_per_worker, scene_workers=scenes,
                                           worker_cpus=None if args.env_cpus is None else tuple(args.env_cpus)))
     try:
         if env.num_workers < 2:
@@ -117,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         # half the batch) + the same for group 1; it equals the limit only if both halve with the batch
         bound = env.num_envs / (max(tg, th) + max(to, th))
         s, p = statistics.median(r_serial), statistics.median(r_pipe)
-        print(f"{args.task}, {env.num_envs} envs in {env.num_workers} workers, policy MLP {args.hidden}, "
+        print(f"{args.task}, {env.num_envs} envs in {env.num_workers} "
+              f"{'batched-scene' if env._impl.batched else 'single-env'} workers ({args.backend} physics), policy MLP {args.hidden}, "
               f"torch threads {torch.get_num_threads()}; env workers on CPUs "
               f"{args.env_cpus or 'any'}, policy on CPUs {args.policy_cpus or 'any'}")
         print(f"t_env {te * 1e3:.2f} ms (all workers at once {t_all * 1e3:.2f}, the two groups in turn "

@@ -16,7 +16,11 @@ def build_env(env_cfg: Any, render: bool = False, num_envs: int | None = None) -
     import dataclasses
 
     if num_envs is not None and num_envs != env_cfg.num_envs:
-        env_cfg = dataclasses.replace(env_cfg, num_envs=num_envs)
+        extra = {}
+        scenes = getattr(env_cfg, "scene_workers", None)
+        if scenes is not None:  # one scene per env stays so (CPU); otherwise no more scenes than envs
+            extra["scene_workers"] = num_envs if scenes == env_cfg.num_envs else min(scenes, num_envs)
+        env_cfg = dataclasses.replace(env_cfg, num_envs=num_envs, **extra)
     return ENVS.get(env_cfg.name)(env_cfg, render=render)
 
 

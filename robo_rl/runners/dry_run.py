@@ -17,7 +17,7 @@ from robo_rl.runners.build import build_algorithm, build_env, build_policy
 from robo_rl.runners.config import TrainConfig
 
 # GPU-only env settings and their CPU stand-ins for the dry run (by field name, any simulator).
-_CPU_FIELDS = {"backend": "cpu", "gl": "osmesa", "render_gpu": -1, "render_device": "cpu"}
+_CPU_FIELDS = {"backend": "cpu", "gl": "osmesa", "render_gpu": -1, "render_device": "cpu", "scene_workers": None}
 
 
 def _cpu_env_cfg(env_cfg: Any) -> Any:
