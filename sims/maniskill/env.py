@@ -417,7 +417,7 @@ class ManiSkillBatchEnv:
     reproducible from its seed (the single-env workers use seed + k*B instead)."""
 
     def __init__(self, cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool = False,
-                 render_backend: str | None = None) -> None:
+                 render_backend: str | None = None, first_row: int = 0) -> None:
         from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
         if sim_backend.startswith("physx_cpu") and num_envs != 1:
@@ -442,7 +442,8 @@ class ManiSkillBatchEnv:
         self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
                                      float(np.max(space.high)), cfg.control_mode or "default")
         self.instructions = [instruction_for(cfg.task)] * num_envs
-        obs = self.reset([0] * num_envs)
+        # distinct seeds per row (a replaced worker's unseeded resets go on from these, not from one shared seed)
+        obs = self.reset([first_row + j for j in range(num_envs)])
         self.obs_spec = {k: ArraySpec(v.shape[1:], str(v.dtype)) for k, v in obs.items() if isinstance(v, np.ndarray)}
 
     def _obs(self, raw: Any) -> dict[str, Any]:
@@ -487,9 +488,11 @@ class _BatchFactory:
     num_envs: int
     render: bool
     render_backend: str | None
+    first_row: int = 0
 
     def __call__(self) -> ManiSkillBatchEnv:
-        return ManiSkillBatchEnv(self.cfg, self.sim_backend, self.num_envs, self.render, self.render_backend)
+        return ManiSkillBatchEnv(self.cfg, self.sim_backend, self.num_envs, self.render, self.render_backend,
+                                 self.first_row)
 
 
 def scene_factories(cfg: ManiSkillConfig, gpu: bool, render: bool) -> list[_BatchFactory]:
@@ -502,5 +505,6 @@ def scene_factories(cfg: ManiSkillConfig, gpu: bool, render: bool) -> list[_Batc
     placements = place_env_workers(sizes, visible_devices() if gpu else [])
     if gpu:
         log.info("ManiSkill scene placement: %s", describe(placements))
+    starts = np.cumsum([0, *sizes])
     return [_BatchFactory(cfg, f"physx_cuda:{p.device or 0}" if gpu else "physx_cpu", p.envs, render,
-                          f"gpu:{p.device or 0}" if gpu else "cpu") for p in placements]
+                          f"gpu:{p.device or 0}" if gpu else "cpu", int(starts[p.worker])) for p in placements]
