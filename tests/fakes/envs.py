@@ -43,3 +43,56 @@ class CountingEnv:
 
     def close(self) -> None:
         pass
+
+
+class CountingBatch:
+    """``num_envs`` CountingEnv rows in one batched "scene" (the BatchEnv protocol, no auto-reset): row j's
+    state = [episode step, seed]; a row keeps counting after its episode ended until ``reset_rows``, as a GPU
+    scene does. Picklable factory: ``CountingBatchFactory(n)``."""
+
+    obs_spec = CountingEnv.obs_spec
+    action_spec = CountingEnv.action_spec
+
+    def __init__(self, num_envs: int, horizon: int = 4) -> None:
+        self.num_envs, self.horizon = num_envs, horizon
+        self.t = np.zeros(num_envs, np.int64)
+        self.seed = np.full(num_envs, -1, np.int64)
+        self.row_resets = np.zeros(num_envs, np.int64)
+
+    def _obs(self) -> dict:
+        return {"state": np.stack([self.t, self.seed], 1).astype(np.float32),
+                "instruction": [f"count to {self.horizon}"] * self.num_envs}
+
+    def reset(self, seeds: list) -> dict:
+        self.t[:] = 0
+        for j, sd in enumerate(seeds):
+            if sd is not None:
+                self.seed[j] = sd
+        return self._obs()
+
+    def reset_rows(self, rows: np.ndarray) -> dict:
+        self.t[rows] = 0
+        self.row_resets[rows] += 1
+        return self._obs()
+
+    def step(self, actions: np.ndarray):
+        if (actions[:, 2] > 0.5).any():
+            os._exit(1)
+        self.t += 1
+        success = actions[:, 0] > 0.5
+        trunc = (self.t >= self.horizon) & ~success
+        return self._obs(), self.t.astype(np.float32), success, trunc, {"success": success}
+
+    def render(self) -> np.ndarray:
+        return np.zeros((self.num_envs, 4, 4, 3), np.uint8)
+
+    def close(self) -> None:
+        pass
+
+
+class CountingBatchFactory:
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+    def __call__(self) -> CountingBatch:
+        return CountingBatch(self.num_envs)

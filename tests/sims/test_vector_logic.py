@@ -141,3 +141,50 @@ def test_worker_whose_parent_is_gone_exits_quietly(capfd):
     parent.close()
     _worker(child, [CountingEnv], [0], {})  # the spec reply finds the pipe closed
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_batched_scene_workers_reset_rows_and_end_chunks_per_row():
+    """Batched-scene workers (GPU scenes of n rows): rows end at different steps of one chunk; each row's
+    reward, success and chunk_steps stop at its own end, its final obs is the step it ended on, and only
+    the finished rows are reset, together, at the chunk's end."""
+    from tests.fakes.envs import CountingBatchFactory
+
+    env = SubprocVecEnv([CountingBatchFactory(3), CountingBatchFactory(2)], step_timeout=5.0)
+    try:
+        assert env.num_envs == 5 and env.worker_rows == [[0, 1, 2], [3, 4]]
+        obs, _ = env.reset(seed=10)
+        np.testing.assert_array_equal(obs["state"][:, 1], [10, 11, 12, 13, 14])
+        assert obs["instruction"] == ["count to 4"] * 5
+        res = env.step(np.zeros((5, 3), np.float32))  # t = 1 everywhere
+        chunk = np.zeros((5, 6, 3), np.float32)
+        chunk[0, 1, 0] = 1.0  # row 0 succeeds on the chunk's 2nd step (episode step 3)
+        res = env.step(chunk)  # rows 1-4 reach the 4-step limit on the chunk's 3rd step
+        assert res.info["chunk_steps"].tolist() == [2, 3, 3, 3, 3]
+        assert res.terminated.tolist() == [True, False, False, False, False]
+        assert res.truncated.tolist() == [False, True, True, True, True]
+        assert res.info["success"].tolist() == [True, False, False, False, False]
+        np.testing.assert_array_equal(res.reward, [2 + 3, 2 + 3 + 4, 9, 9, 9])  # rewards = t, summed per row
+        np.testing.assert_array_equal(res.info["final_obs"]["state"][:, 0], [3, 4, 4, 4, 4])
+        np.testing.assert_array_equal(res.obs["state"][:, 0], [0, 0, 0, 0, 0])  # reset at the chunk's end
+        res = env.step(np.zeros((5, 2, 3), np.float32))  # nobody ends: no final obs, two steps each
+        assert res.info["chunk_steps"].tolist() == [2] * 5 and "final_obs" not in res.info
+        env.step_async(np.zeros((5, 3), np.float32), [1])  # one worker's rows only (pipelining)
+        part = env.step_wait()
+        assert part.info["rows"].tolist() == [3, 4] and part.obs["state"].shape == (2, 2)
+        np.testing.assert_array_equal(part.obs["state"][:, 0], [3, 3])
+        kill = np.zeros((5, 3), np.float32)
+        kill[4, 2] = 1.0  # the second scene's process dies
+        res = env.step(kill)
+        assert res.info["worker_restarted"].tolist() == [False, False, False, True, True]
+        assert res.truncated[3:].all() and env.restarts == 1
+        np.testing.assert_array_equal(res.info["final_obs"]["state"][3:, 0], [3, 3])  # their last good obs
+    finally:
+        env.close()
+
+
+def test_mixed_single_and_batched_factories_are_refused():
+    from robo_rl.errors import RoboRLError
+    from tests.fakes.envs import CountingBatchFactory
+
+    with pytest.raises(RoboRLError, match="all build single envs or all build batched"):
+        SubprocVecEnv([CountingEnv, CountingBatchFactory(2)])
