@@ -53,14 +53,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import dataclasses
 
     import torch
 
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.config import apply_overrides, from_dict
     from robo_rl.errors import CheckpointError, ConfigError
-    from robo_rl.runners.build import build_env, build_policy
+    from robo_rl.runners.build import build_env, build_policy, with_num_envs
     from robo_rl.runners.config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
@@ -118,7 +117,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg = from_dict(TrainConfig, apply_overrides(meta["config"], args.overrides))
     env_cfg = cfg.env
     if args.num_envs:
-        env_cfg = dataclasses.replace(env_cfg, num_envs=args.num_envs)
+        env_cfg = with_num_envs(env_cfg, args.num_envs)
     env = build_env(env_cfg, render=not args.no_video)
     try:
         policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)

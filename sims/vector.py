@@ -175,10 +175,11 @@ def _step_batch(env: BatchEnv, bufs: SharedArrays, rows: list[int], chunks: list
         ended = live & (np.asarray(te, bool) | np.asarray(tr, bool))
         term[ended], trunc[ended] = np.asarray(te, bool)[ended], np.asarray(tr, bool)[ended]
         if ended.any():
-            for j, fr in zip(np.flatnonzero(ended), _write_rows(bufs, "final", rows, obs, ended)):
-                finals[j] = fr
+            rests = _write_rows(bufs, "final", rows, obs, ended)
+            for j in np.flatnonzero(ended):
+                finals[j] = rests[j]
             for k, v in info.items():
-                if k != "success" and isinstance(v, (list, np.ndarray)) and len(v) == n:
+                if k != "success" and isinstance(v, (list, np.ndarray)) and np.ndim(v) > 0 and len(v) == n:
                     for j in np.flatnonzero(ended):
                         extra_rows[j][k] = v[j]
         done |= ended

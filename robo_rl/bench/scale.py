@@ -75,13 +75,13 @@ class GPUSampler:
                 "mem_max_mib": max(m for _, m in window), "samples": len(window)}
 
 
-def _env(args: argparse.Namespace, num_envs: int, backend: str, image_size: int) -> Any:
+def _env(args: argparse.Namespace, num_envs: int, backend: str, image_size: int, scenes: bool = True) -> Any:
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 
     return ManiSkillVecEnv(ManiSkillConfig(task=args.task, num_envs=num_envs, obs_mode="rgb", image_size=image_size,
                                            control_mode="pd_ee_delta_pose", backend=backend,
                                            envs_per_worker=args.envs_per_worker,
-                                           scene_workers=_scene_workers(args, num_envs, backend)))
+                                           scene_workers=_scene_workers(args, num_envs, backend) if scenes else None))
 
 
 def _scene_workers(args: argparse.Namespace, num_envs: int, backend: str) -> int | None:
@@ -124,7 +124,7 @@ def run_one(args: argparse.Namespace, policy: Any, num_envs: int) -> dict[str, A
         print(result["env_backend_error"])
         if not args.fallback_cpu or args.env_backend == "cpu":
             raise
-        env = _env(args, num_envs, "cpu", size)
+        env = _env(args, num_envs, "cpu", size, scenes=False)  # single-env workers (envs_per_worker), GPU rendering
         result["env_backend"] = "cpu (fallback)"
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     sampler = GPUSampler().start()

@@ -41,16 +41,15 @@ class RolloutWorker:
 
     def __init__(self, cfg: Any, index: int, num_envs: int, seed: int, gamma: float, lam: float,
                  bootstrap: bool) -> None:
-        import dataclasses
 
         from robo_rl.rollout.collector import Collector
-        from robo_rl.runners.build import build_env, build_policy
+        from robo_rl.runners.build import build_env, build_policy, with_num_envs
 
         torch.set_num_threads(cfg.run.torch_threads)
         torch.manual_seed(seed)
         np.random.seed(seed % 2**32)
         self.index = index
-        self.env = build_env(dataclasses.replace(cfg.env, num_envs=num_envs))
+        self.env = build_env(with_num_envs(cfg.env, num_envs))
         self.policy = build_policy(cfg.policy, self.env.obs_spec, self.env.action_spec)
         self.collector = Collector(self.env, self.policy, cfg.run.rollout_steps, gamma, lam, bootstrap,
                                    cfg.run.reward_norm, cfg.run.pipeline)

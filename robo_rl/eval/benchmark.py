@@ -105,6 +105,8 @@ def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None,
     """task name -> (env config, task index for seeding) for every task of the benchmark, built on the
     training env's settings. With several ``strengths`` a ManiSkill split is run at each multiple of
     its variations ("PickCube-v1 x0.5"); the levels share the task's seeds (paired comparison)."""
+    from robo_rl.runners.build import with_num_envs
+
     n = {"num_envs": num_envs} if num_envs else {}
     if bench.sim == "maniskill":
         if train_env.name != "maniskill":
@@ -116,7 +118,8 @@ def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None,
         out = {}
         for s in strengths:
             key = train_env.task if tuple(strengths) == (1.0,) else f"{train_env.task} x{s:g}"
-            out[key] = (dataclasses.replace(train_env, variations=varied.scaled(s), **n), 0)
+            split = dataclasses.replace(train_env, variations=varied.scaled(s))
+            out[key] = (with_num_envs(split, num_envs) if num_envs else split, 0)
         return out
     if tuple(strengths) != (1.0,):
         raise ConfigError("--strengths applies to ManiSkill splits; LIBERO suites vary nothing")

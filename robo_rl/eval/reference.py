@@ -83,7 +83,8 @@ def _maniskill_expert(env_cfg: Any, episodes: int, seed: int) -> tuple[int, int,
     table = solutions()
     if env_cfg.task not in table:
         raise ConfigError(f"no scripted expert for {env_cfg.task!r}; experts exist for {', '.join(sorted(table))}")
-    cfg = dataclasses.replace(env_cfg, num_envs=1, obs_mode="state", control_mode="pd_joint_pos", backend="cpu")
+    cfg = dataclasses.replace(env_cfg, num_envs=1, obs_mode="state", control_mode="pd_joint_pos", backend="cpu",
+                              scene_workers=None)
     single = ManiSkillSingleEnv(cfg)
     try:
         max_steps = cfg.max_episode_steps or getattr(single.env, "_max_episode_steps", None) or 50

@@ -13,15 +13,18 @@ from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 
 def build_env(env_cfg: Any, render: bool = False, num_envs: int | None = None) -> Any:
     """VecEnv from an env section; ``num_envs`` overrides the section's count (e.g. for evaluation)."""
+    if num_envs is not None and num_envs != env_cfg.num_envs:
+        env_cfg = with_num_envs(env_cfg, num_envs)
+    return ENVS.get(env_cfg.name)(env_cfg, render=render)
+
+
+def with_num_envs(env_cfg: Any, n: int) -> Any:
+    """An env section for ``n`` envs; a config whose other keys depend on the count (ManiSkill's
+    ``scene_workers``) adjusts them in its own ``with_num_envs``."""
     import dataclasses
 
-    if num_envs is not None and num_envs != env_cfg.num_envs:
-        extra = {}
-        scenes = getattr(env_cfg, "scene_workers", None)
-        if scenes is not None:  # one scene per env stays so (CPU); otherwise no more scenes than envs
-            extra["scene_workers"] = num_envs if scenes == env_cfg.num_envs else min(scenes, num_envs)
-        env_cfg = dataclasses.replace(env_cfg, num_envs=num_envs, **extra)
-    return ENVS.get(env_cfg.name)(env_cfg, render=render)
+    resize = getattr(env_cfg, "with_num_envs", None)
+    return resize(n) if resize is not None else dataclasses.replace(env_cfg, num_envs=n)
 
 
 def build_policy(policy_cfg: Any, obs_spec: dict[str, ArraySpec], action_spec: ArraySpec) -> Any:

@@ -27,7 +27,7 @@ import torch
 
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import obs_to_torch
-from robo_rl.runners.build import build_env, policy_from_checkpoint, to_env_actions
+from robo_rl.runners.build import build_env, policy_from_checkpoint, to_env_actions, with_num_envs
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _env_cfg(checkpoint: str, overrides: list[str], num_envs: int | None) -> Any
         raise ConfigError(f"steer takes only env.* overrides (the policy is the checkpoint's); got {', '.join(bad)}")
     data = apply_overrides(ckpt_io.read_meta(ckpt_io.resolve(checkpoint))["config"], overrides)
     env_cfg = from_dict(TrainConfig, data).env
-    return dataclasses.replace(env_cfg, num_envs=num_envs) if num_envs else env_cfg
+    return with_num_envs(env_cfg, num_envs) if num_envs else env_cfg
 
 
 def _flow_policy(checkpoint: str) -> Any:

@@ -81,6 +81,15 @@ class ManiSkillConfig:
         if self.image_size < 16 or self.render_size < 16:
             raise ConfigError("config keys 'env.image_size'/'env.render_size' must be >= 16 pixels")
 
+    def with_num_envs(self, n: int) -> ManiSkillConfig:
+        """This config for ``n`` envs (evaluation, a Ray actor's share): one scene per env stays so on
+        the CPU backend; on the GPU no more scenes than envs."""
+        if self.scene_workers is None or n == self.num_envs:
+            return replace(self, num_envs=n)
+        cpu = self.backend == "cpu" or (self.backend == "auto" and not cuda_available())
+        scenes = n if cpu and self.scene_workers == self.num_envs else min(self.scene_workers, n)
+        return replace(self, num_envs=n, scene_workers=scenes)
+
 
 def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool,
                   render_backend: str | None = None) -> Any:
@@ -383,8 +392,12 @@ class ManiSkillVecEnv(VecEnvWrapper):
             raise SimulatorUnavailable("env.backend=gpu needs CUDA, which this machine lacks; use env.backend=cpu")
         self.backend = "gpu" if use_gpu else "cpu"
         self._impl: Any
-        if use_gpu or cfg.scene_workers is not None:
-            if not use_gpu and cfg.scene_workers != cfg.num_envs:
+        scenes = cfg.scene_workers
+        if not use_gpu and cfg.backend == "auto" and scenes is not None and (scenes != cfg.num_envs or per_env_variations):
+            log.info("env.backend=auto resolved to CPU physics: env.scene_workers=%d ignored, single-env workers", scenes)
+            scenes = None  # a GPU config (or a variation split of its checkpoint) still runs on a CPU machine
+        if use_gpu or scenes is not None:
+            if not use_gpu and scenes != cfg.num_envs:
                 raise ConfigError(f"config key 'env.scene_workers' = {cfg.scene_workers}: the CPU backend (physx_cpu) "
                                   f"holds one env per scene, so it must equal env.num_envs ({cfg.num_envs}) or be null")
             if per_env_variations:
@@ -413,7 +426,7 @@ class ManiSkillBatchEnv:
     ``physx_cuda[:i]`` batches any number of envs on GPU i; ``physx_cpu`` allows one env per scene (it
     runs this same code path on machines without a GPU). No auto-reset: the worker resets finished rows
     by index (ManiSkill's partial reset). The first reset seeds row j with ``seeds[j]``; later episodes
-    draw their seeds from ManiSkill's per-env main RNG (``enhanced_determinism``), so a run is
+    draw their initial states from the worker's torch RNG, seeded by that reset, so a run is
     reproducible from its seed (the single-env workers use seed + k*B instead)."""
 
     def __init__(self, cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool = False,
@@ -424,9 +437,6 @@ class ManiSkillBatchEnv:
             raise ConfigError(f"ManiSkill physx_cpu holds one env per scene, not {num_envs}; batch scenes on the GPU "
                               "(env.backend=gpu) or use env.scene_workers = env.num_envs on CPU")
         self.cfg, self.num_envs = cfg, num_envs
-        # unseeded partial resets then draw each row's episode seed from its seeded main RNG (and seed
-        # torch for the task's init), so a run is reproducible from the first reset's seeds
-        cfg = replace(cfg, extra={"enhanced_determinism": True, **cfg.extra})
         try:
             base = _make_gym_env(cfg, sim_backend, num_envs, render, render_backend)
         except Exception as err:  # SAPIEN fetches its PhysX GPU library from GitHub on first use
@@ -437,6 +447,12 @@ class ManiSkillBatchEnv:
                     f"GitHub on first use and could not ({type(err).__name__}); fetch {physx_gpu_url()} elsewhere and "
                     f"unzip it into {lib.parent}, or set env.backend: cpu") from None
             raise
+        freq = getattr(base.unwrapped, "reconfiguration_freq", 0)
+        if num_envs > 1 and freq:
+            base.close()
+            raise ConfigError(f"ManiSkill task {cfg.task!r} reconfigures its scene every {freq} resets, which a batched "
+                              "scene cannot do per env (partial resets); use env.backend=cpu or reconfiguration_freq=0 "
+                              "in env.extra")
         self.env = ManiSkillVectorEnv(base, num_envs, auto_reset=False, ignore_terminations=False, record_metrics=False)
         space = self.env.single_action_space
         self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
@@ -450,11 +466,18 @@ class ManiSkillBatchEnv:
         return {**_split_obs(raw, self.cfg.obs_mode), "instruction": list(self.instructions)}
 
     def reset(self, seeds: list[int | None]) -> dict[str, Any]:
-        """All rows; ``seeds`` (n,) all ints or all None."""
+        """All rows; ``seeds`` (n,) all ints or all None.
+
+        A seeded reset also seeds this process's torch RNG (CPU and CUDA) from ``seeds[0]``: ManiSkill's
+        unseeded partial resets draw the new episodes' initial states from it (``torch.rand`` in the
+        tasks' episode init), so later episodes differ row by row and reset by reset, reproducibly."""
+        import torch
+
         if any(sd is None for sd in seeds):
             raw, _ = self.env.reset()
         else:
             raw, _ = self.env.reset(seed=[int(sd) for sd in seeds] if self.num_envs > 1 else int(seeds[0]))
+            torch.manual_seed(int(seeds[0]))
         return self._obs(raw)
 
     def reset_rows(self, rows: np.ndarray) -> dict[str, Any]:
@@ -506,5 +529,8 @@ def scene_factories(cfg: ManiSkillConfig, gpu: bool, render: bool) -> list[_Batc
     if gpu:
         log.info("ManiSkill scene placement: %s", describe(placements))
     starts = np.cumsum([0, *sizes])
+    # CPU scenes (one env each) render where the single-env workers would (balanced over visible GPUs)
+    cpu_render = None if gpu else render_backends(replace(cfg, envs_per_worker=1))
     return [_BatchFactory(cfg, f"physx_cuda:{p.device or 0}" if gpu else "physx_cpu", p.envs, render,
-                          f"gpu:{p.device or 0}" if gpu else "cpu", int(starts[p.worker])) for p in placements]
+                          f"gpu:{p.device or 0}" if gpu else cpu_render[int(starts[p.worker])], int(starts[p.worker]))
+            for p in placements]

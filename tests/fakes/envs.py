@@ -61,7 +61,7 @@ class CountingBatch:
 
     def _obs(self) -> dict:
         return {"state": np.stack([self.t, self.seed], 1).astype(np.float32),
-                "instruction": [f"count to {self.horizon}"] * self.num_envs}
+                "instruction": [f"row {j} at {t}" for j, t in enumerate(self.t)]}
 
     def reset(self, seeds: list) -> dict:
         self.t[:] = 0

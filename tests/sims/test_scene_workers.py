@@ -66,6 +66,28 @@ def test_killed_scene_worker_is_replaced(need_maniskill):
         env.close()
 
 
+def test_later_episodes_differ_by_row_and_reproduce_from_the_seed(need_maniskill):
+    """After the first episodes, partial resets draw new initial states: distinct per row and per episode,
+    and the same in a second run from the same seed."""
+
+    def starts():
+        env = _env(num_envs=2, scene_workers=2, max_episode_steps=2)
+        try:
+            env.reset(seed=5)
+            out = []
+            for _ in range(6):  # three episodes of two steps each
+                res = env.step(np.zeros((2, *env.action_spec.shape), np.float32))
+                if "final_obs" in res.info:
+                    out.append(res.obs["state"].copy())
+            return np.stack(out)
+        finally:
+            env.close()
+
+    a, b = starts(), starts()
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a[0], a[1]) and not np.allclose(a[:, 0], a[:, 1])
+
+
 def test_scene_worker_config_errors_name_the_key(need_maniskill):
     from sims.maniskill.env import ManiSkillConfig
 
@@ -73,3 +95,20 @@ def test_scene_worker_config_errors_name_the_key(need_maniskill):
         _env(scene_workers=1)  # physx_cpu: one env per scene
     with pytest.raises(ConfigError, match="env.scene_workers"):
         ManiSkillConfig(num_envs=2, scene_workers=3)
+    env = _env(scene_workers=1, backend="auto")  # a GPU config on a CPU machine: single-env workers
+    try:
+        assert not env._impl.batched and env.num_workers == 2
+    finally:
+        env.close()
+
+
+def test_num_env_overrides_keep_a_valid_scene_count():
+    from robo_rl.runners.build import with_num_envs
+    from sims.maniskill.env import ManiSkillConfig
+
+    cpu = ManiSkillConfig(num_envs=4, scene_workers=4, backend="cpu")
+    assert with_num_envs(cpu, 2).scene_workers == 2 and with_num_envs(cpu, 8).scene_workers == 8
+    gpu = ManiSkillConfig(num_envs=64, scene_workers=2, backend="gpu")
+    assert with_num_envs(gpu, 1).scene_workers == 1 and with_num_envs(gpu, 16).scene_workers == 2
+    assert with_num_envs(gpu, 16).num_envs == 16
+    assert with_num_envs(ManiSkillConfig(num_envs=4), 2).scene_workers is None

@@ -154,7 +154,7 @@ def test_batched_scene_workers_reset_rows_and_end_chunks_per_row():
         assert env.num_envs == 5 and env.worker_rows == [[0, 1, 2], [3, 4]]
         obs, _ = env.reset(seed=10)
         np.testing.assert_array_equal(obs["state"][:, 1], [10, 11, 12, 13, 14])
-        assert obs["instruction"] == ["count to 4"] * 5
+        assert obs["instruction"] == ["row 0 at 0", "row 1 at 0", "row 2 at 0", "row 0 at 0", "row 1 at 0"]
         res = env.step(np.zeros((5, 3), np.float32))  # t = 1 everywhere
         chunk = np.zeros((5, 6, 3), np.float32)
         chunk[0, 1, 0] = 1.0  # row 0 succeeds on the chunk's 2nd step (episode step 3)
@@ -165,6 +165,9 @@ def test_batched_scene_workers_reset_rows_and_end_chunks_per_row():
         assert res.info["success"].tolist() == [True, False, False, False, False]
         np.testing.assert_array_equal(res.reward, [2 + 3, 2 + 3 + 4, 9, 9, 9])  # rewards = t, summed per row
         np.testing.assert_array_equal(res.info["final_obs"]["state"][:, 0], [3, 4, 4, 4, 4])
+        # non-array entries of the final obs belong to their own row, from the step the row ended on
+        assert res.info["final_obs"]["instruction"] == ["row 0 at 3", "row 1 at 4", "row 2 at 4", "row 0 at 4",
+                                                        "row 1 at 4"]
         np.testing.assert_array_equal(res.obs["state"][:, 0], [0, 0, 0, 0, 0])  # reset at the chunk's end
         res = env.step(np.zeros((5, 2, 3), np.float32))  # nobody ends: no final obs, two steps each
         assert res.info["chunk_steps"].tolist() == [2] * 5 and "final_obs" not in res.info
