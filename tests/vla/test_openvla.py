@@ -66,15 +66,23 @@ def test_norm_stats_errors_name_the_key():
 @pytest.mark.parametrize("arch,chunk,exec_steps,shape", [("tiny", 1, None, (4, 7)), ("small", 1, None, (4, 7)),
                                                          ("tiny", 4, 2, (4, 2, 7)), ("small", 3, None, (4, 3, 7))])
 def test_decode_log_probs_equal_teacher_forced_evaluate(arch, chunk, exec_steps, shape):
+    torch.manual_seed(0)
     p = _policy(temperature=0.8, arch=arch, chunk=chunk, exec_steps=exec_steps)
     obs = _obs()
+    n_tok = int(np.prod(shape[1:]))  # only the executed actions' tokens are decoded and scored
     with torch.no_grad():
         out = p.act(obs)
         lp, ent, v = p.evaluate(obs, out.extras)
         v2 = p.value(obs)
-    n_tok = int(np.prod(shape[1:]))  # only the executed actions' tokens are decoded and scored
+        # per token, as decoded (KV cache, one token at a time) and as teacher-forced (one pass)
+        ids, mask = p.prompts(obs, 4)
+        dec = batch_decode(p.model, p.pixels(obs["rgb"]), ids, mask, p.cfg.temperature, extra=p._extra(obs),
+                           n_tokens=n_tok)
+        tf = p.token_log_probs(obs, {"action_index": dec.index, "prompt_ids": ids, "prompt_mask": mask})
     assert out.actions.shape == shape and out.extras["action_index"].shape == (4, n_tok)
-    torch.testing.assert_close(lp, out.log_prob, atol=1e-5, rtol=0)
+    torch.testing.assert_close(tf, dec.log_prob, atol=1e-5, rtol=0)
+    # an action's log-prob sums n_tok float32 terms (|sum| ~ 100 for 21 tokens, where one ulp is 8e-6)
+    torch.testing.assert_close(lp, out.log_prob, atol=1e-5 * n_tok, rtol=0)
     torch.testing.assert_close(v, out.value, atol=1e-5, rtol=0)
     torch.testing.assert_close(v2, out.value, atol=1e-5, rtol=0)
     assert torch.all(ent > 0) and torch.all(ent <= n_tok * np.log(256) + 1e-4)
