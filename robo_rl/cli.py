@@ -265,7 +265,8 @@ def cmd_demos(args: argparse.Namespace) -> int:
             from sims.maniskill.experts import generate
 
             eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,
-                                image_size=args.image_size, only_success=args.only_success, on_episode=on_episode))
+                                image_size=args.image_size, only_success=args.only_success, on_episode=on_episode,
+                                workers=args.workers))
             meta = {"env": "maniskill", "task": args.task, "control_mode": "pd_joint_pos", "obs_mode": args.obs_mode,
                     "source": "ManiSkill motion-planning solution"}
     meta.update(seed=args.seed, attempts=attempts[0], expert_success_rate=successes[0] / max(1, attempts[0]))
@@ -411,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--obs-mode", choices=["state", "rgb"], default="state")
     g.add_argument("--image-size", type=int, default=128)
     g.add_argument("--only-success", action="store_true", help="drop failed expert attempts")
+    g.add_argument("--workers", type=int, default=1,
+                   help="ManiSkill: expert processes in parallel (same episodes, in seed order, as one)")
     g.set_defaults(fn=cmd_demos)
     c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or an error)")
     c.add_argument("src", help="robo-rl episodes file")

@@ -61,43 +61,105 @@ class Recorder(gym.Wrapper):
         return out
 
 
+class _Expert:
+    """One recording env and its task's solution; ``attempt(seed)`` runs the expert once."""
+
+    def __init__(self, task: str, obs_mode: str, image_size: int) -> None:
+        from sims.maniskill.env import ManiSkillConfig, _make_gym_env
+
+        cfg = ManiSkillConfig(task=task, num_envs=1, obs_mode=obs_mode, control_mode="pd_joint_pos",
+                              reward_mode="normalized_dense", backend="cpu", image_size=image_size)
+        self.task = task
+        self.env = Recorder(_make_gym_env(cfg, "physx_cpu", 1, render=False), obs_mode)
+        self.solve = solutions()[task]
+
+    def attempt(self, seed: int) -> Episode | None:
+        """The expert's episode from ``seed`` (None if the planner produced no action at all)."""
+        try:
+            self.solve(self.env, seed=seed, debug=False, vis=False)
+        except Exception:  # the planner raises when it finds no plan: a failed attempt
+            pass
+        env = self.env
+        if not env.actions:
+            return None
+        return Episode({k: np.stack([o[k] for o in env.obs]) for k in env.obs[0]}, np.stack(env.actions),
+                       np.asarray(env.rewards, np.float32), np.asarray(env.success, bool),
+                       INSTRUCTIONS.get(self.task, self.task), seed)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+_WORKER_EXPERT: _Expert | None = None
+
+
+def _init_worker(task: str, obs_mode: str, image_size: int) -> None:
+    import os
+
+    import torch
+
+    global _WORKER_EXPERT
+    torch.set_num_threads(1)
+    os.environ.setdefault("LP_NUM_THREADS", "1")
+    _WORKER_EXPERT = _Expert(task, obs_mode, image_size)
+
+
+def _attempt_in_worker(seed: int) -> Episode | None:
+    assert _WORKER_EXPERT is not None
+    return _WORKER_EXPERT.attempt(seed)
+
+
 def generate(task: str, episodes: int, seed: int = 0, obs_mode: str = "state", image_size: int = 128,
              only_success: bool = False, max_attempts: int | None = None,
-             on_episode: Callable[[Episode, bool], None] | None = None) -> Iterator[Episode]:
+             on_episode: Callable[[Episode, bool], None] | None = None, workers: int = 1) -> Iterator[Episode]:
     """Yield expert episodes for ``task`` with seeds seed, seed+1, ...
 
     With ``only_success`` failed attempts are dropped (up to ``max_attempts`` seeds in all).
-    ``on_episode(ep, kept)`` is called after every attempt (progress reporting).
+    ``on_episode(ep, kept)`` is called after every attempt (progress reporting). ``workers`` > 1 runs
+    the attempts in that many spawn processes (one env each) and yields the same episodes, in seed
+    order, as one process would: the planner and the renderer are single-threaded, so this scales
+    with cores.
     """
-    from sims.maniskill.env import ManiSkillConfig, _make_gym_env
-
-    table = solutions()
-    if task not in table:
-        raise ConfigError(f"no motion-planned expert for {task!r}; available: {', '.join(sorted(table))}")
-    cfg = ManiSkillConfig(task=task, num_envs=1, obs_mode=obs_mode, control_mode="pd_joint_pos",
-                          reward_mode="normalized_dense", backend="cpu", image_size=image_size)
-    env = Recorder(_make_gym_env(cfg, "physx_cpu", 1, render=False), obs_mode)
-    solve = table[task]
-    kept, attempt = 0, 0
+    if task not in solutions():
+        raise ConfigError(f"no motion-planned expert for {task!r}; available: {', '.join(sorted(solutions()))}")
+    if workers < 1:
+        raise ConfigError(f"--workers {workers} must be >= 1")
     limit = max_attempts or (episodes * 3 if only_success else episodes)
+    seeds = range(seed, seed + limit)
+    kept = 0
+
+    def take(ep: Episode | None) -> bool:
+        """Handle one attempt; True once enough episodes are kept."""
+        nonlocal kept
+        if ep is None:
+            return False
+        keep = ep.succeeded or not only_success
+        if on_episode is not None:
+            on_episode(ep, keep)
+        kept += int(keep)
+        return keep
+
+    if workers == 1:
+        expert = _Expert(task, obs_mode, image_size)
+        try:
+            for s in seeds:
+                ep = expert.attempt(s)
+                if take(ep):
+                    yield ep  # type: ignore[misc]
+                if kept >= episodes:
+                    return
+        finally:
+            expert.close()
+        return
+    import multiprocessing as mp
+
+    pool = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(task, obs_mode, image_size))
     try:
-        while kept < episodes and attempt < limit:
-            s = seed + attempt
-            attempt += 1
-            try:
-                solve(env, seed=s, debug=False, vis=False)
-            except Exception:  # the planner raises when it finds no plan: a failed attempt
-                pass
-            if not env.actions:
-                continue
-            ep = Episode({k: np.stack([o[k] for o in env.obs]) for k in env.obs[0]}, np.stack(env.actions),
-                         np.asarray(env.rewards, np.float32), np.asarray(env.success, bool),
-                         INSTRUCTIONS.get(task, task), s)
-            keep = ep.succeeded or not only_success
-            if on_episode is not None:
-                on_episode(ep, keep)
-            if keep:
-                kept += 1
-                yield ep
+        for ep in pool.imap(_attempt_in_worker, seeds, chunksize=1):  # in seed order
+            if take(ep):
+                yield ep  # type: ignore[misc]
+            if kept >= episodes:
+                return
     finally:
-        env.close()
+        pool.terminate()
+        pool.join()
