@@ -46,7 +46,11 @@ class Recorder(gym.Wrapper):
         self.obs.append({k: v[0] for k, v in _split_obs(raw, self.obs_mode).items()})
 
     def reset(self, **kw: Any) -> Any:
-        out = self.env.reset(**kw)
+        # A fresh scene per episode: PhysX keeps contact state across plain resets, so without this an
+        # episode would depend on the ones before it (seed 41 after 40 != seed 41 alone), and parallel
+        # workers, which see other seed orders, would record other episodes than one process.
+        options = {**(kw.pop("options", None) or {}), "reconfigure": True}
+        out = self.env.reset(options=options, **kw)
         self.clear()
         self._keep(out[0])
         return out
