@@ -257,3 +257,37 @@ def test_batchnorm_tower_scores_the_same_in_train_mode():
         lp, _, _ = p.evaluate(obs, out.extras)
     assert p.training and not p.model.vision_backbone.featurizer.features[0][1].training
     torch.testing.assert_close(lp, out.log_prob, atol=1e-4, rtol=0)
+
+
+def test_mobilenet_folded_conv_bn_equals_conv_then_batchnorm():
+    """The tower runs Conv2d -> eval BatchNorm2d folded into one conv: same features and gradients as
+    the two modules in turn (torchvision's function), with pretrained-like, non-trivial BN statistics."""
+    from vla.openvla.vision import VisionArch, VisionBackbone
+
+    torch.manual_seed(0)
+    tower = VisionBackbone(VisionArch("mobilenet", 64, 32, 1280, 0, 0, 0)).eval()
+    for m in tower.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.5), m.running_var.uniform_(0.5, 2.0), m.weight.data.normal_(1, 0.3), m.bias.data.normal_(0, 0.3)
+
+    def unfolded(x: torch.Tensor) -> torch.Tensor:
+        def seq(mods: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+            for m in mods:
+                h = seq(m, h) if isinstance(m, torch.nn.Sequential) else (
+                    (h + seq(m.conv, h) if m.use_res else seq(m.conv, h)) if hasattr(m, "use_res") else m(h))
+            return h
+        fmap = seq(tower.featurizer.features, x)
+        return fmap.flatten(2).transpose(1, 2)  # (B, h*w, C)
+
+    x = torch.randn(2, 3, 64, 64)
+    folded, ref = tower(x), unfolded(x)
+    assert folded.shape == (2, 4, 1280)
+    torch.testing.assert_close(folded, ref, atol=1e-4, rtol=1e-4)
+    conv, bn = tower.featurizer.features[0][0], tower.featurizer.features[0][1]
+    grads = []
+    for fn in (tower, unfolded):
+        tower.zero_grad()
+        (fn(x) ** 2).mean().backward()
+        grads.append((conv.weight.grad.clone(), bn.weight.grad.clone(), bn.bias.grad.clone()))
+    for g_fold, g_ref in zip(*grads):
+        torch.testing.assert_close(g_fold, g_ref, atol=1e-4, rtol=1e-3)

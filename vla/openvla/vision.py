@@ -19,6 +19,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 SIGLIP_MEAN, SIGLIP_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -110,8 +111,8 @@ class VisionBackbone(nn.Module):
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         k = self.arch.kind
         if k == "mobilenet":
-            fmap = self.featurizer.features(pixels)
-            return fmap.flatten(2).transpose(1, 2)
+            fmap = self.featurizer.features(pixels.contiguous(memory_format=torch.channels_last))  # (B, C, h, w)
+            return fmap.permute(0, 2, 3, 1).reshape(fmap.shape[0], -1, fmap.shape[1])  # (B, h*w, C), row-major patches
         if k == "siglip":
             return _penultimate(self.featurizer, pixels, 0)
         dino = _penultimate(self.featurizer, pixels[:, :3], 5)
@@ -123,9 +124,39 @@ class VisionBackbone(nn.Module):
 
 # --- MobileNetV2 (torchvision key layout) -----------------------------------------------------------
 
+def _folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
+    """``bn(conv(x))`` for an eval-mode ``bn`` as one convolution with the BN folded into the weights.
+
+    The same function (to float rounding), differentiable in the conv and BN parameters alike; the fold
+    is computed in float32 and the weights are laid out channels-last, which oneDNN runs ~2x faster
+    on CPU than conv + a separate BN pass (``robo-rl bench decode``)."""
+    scale = bn.weight.float() * torch.rsqrt(bn.running_var.float() + bn.eps)  # (C_out,)
+    weight = (conv.weight.float() * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype)
+    bias = bn.bias.float() - bn.running_mean.float() * scale
+    if conv.bias is not None:
+        bias = bias + conv.bias.float() * scale
+    return F.conv2d(x, weight.contiguous(memory_format=torch.channels_last), bias.to(conv.weight.dtype),
+                    conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
+class _FoldedSequential(nn.Sequential):
+    """``nn.Sequential`` (same keys) that runs each Conv2d -> eval-mode BatchNorm2d pair folded."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mods = list(self)
+        i = 0
+        while i < len(mods):
+            m, nxt = mods[i], mods[i + 1] if i + 1 < len(mods) else None
+            if isinstance(m, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d) and not nxt.training:
+                x, i = _folded_conv(m, nxt, x), i + 2
+            else:
+                x, i = m(x), i + 1
+        return x
+
+
 def _conv_bn(cin: int, cout: int, k: int, stride: int, groups: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
-                         nn.BatchNorm2d(cout), nn.ReLU6(inplace=True))
+    return _FoldedSequential(nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+                             nn.BatchNorm2d(cout), nn.ReLU6(inplace=True))
 
 
 class _InvertedResidual(nn.Module):
@@ -136,7 +167,7 @@ class _InvertedResidual(nn.Module):
         layers: list[nn.Module] = [] if expand == 1 else [_conv_bn(cin, hidden, 1, 1)]
         layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden), nn.Conv2d(hidden, cout, 1, 1, 0, bias=False),
                    nn.BatchNorm2d(cout)]
-        self.conv = nn.Sequential(*layers)
+        self.conv = _FoldedSequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv(x) if self.use_res else self.conv(x)
@@ -156,7 +187,7 @@ class MobileNetV2(nn.Module):
                 layers.append(_InvertedResidual(cin, c, s if i == 0 else 1, t))
                 cin = c
         layers.append(_conv_bn(cin, 1280, 1, 1))
-        self.features = nn.Sequential(*layers)
+        self.features = nn.Sequential(*layers)  # keys features.i.*, as torchvision
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.features(x)
