@@ -202,6 +202,16 @@ def _paint(materials: list[tuple[Any, Any, list[float]]], colour: list[float] | 
         mat.base_color = colour if colour is not None else base
 
 
+def _action_bounds(space: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension (low, high), each (A,) float32, of a ManiSkill action space. Actions are clipped
+    to them before the controller sees them: ManiSkill clips only normalized controllers, and an
+    absolute ``pd_joint_pos`` target past a joint limit would drive against the limit, not stop at
+    it (a robot's safety filter clips there, so sim and robot would disagree)."""
+    a = space.shape[-1]
+    return (np.asarray(space.low, np.float32).reshape(-1, a)[0].copy(),
+            np.asarray(space.high, np.float32).reshape(-1, a)[0].copy())
+
+
 class ManiSkillSingleEnv:
     """One CPU-physics ManiSkill env, unbatched, for a worker process."""
 
@@ -219,6 +229,7 @@ class ManiSkillSingleEnv:
         space = self.env.action_space
         self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
                                      float(np.max(space.high)), cfg.control_mode or "default")
+        self._bounds = _action_bounds(space)
         self.obs_spec = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in obs.items() if isinstance(v, np.ndarray)}
 
     def reset(self, seed: int | None = None) -> dict[str, Any]:
@@ -311,7 +322,7 @@ class ManiSkillSingleEnv:
         import torch
 
         self.before_step()
-        raw, rew, term, trunc, info = self.env.step(torch.as_tensor(action[None]))
+        raw, rew, term, trunc, info = self.env.step(torch.as_tensor(np.clip(action, *self._bounds)[None]))
         obs = {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
         success = bool(_to_numpy(info.get("success", False)).reshape(-1)[0])
         term, trunc = bool(_to_numpy(term).reshape(-1)[0]), bool(_to_numpy(trunc).reshape(-1)[0])
@@ -457,6 +468,7 @@ class ManiSkillBatchEnv:
         space = self.env.single_action_space
         self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
                                      float(np.max(space.high)), cfg.control_mode or "default")
+        self._bounds = _action_bounds(space)
         self.instructions = [instruction_for(cfg.task)] * num_envs
         # distinct seeds per row (a replaced worker's unseeded resets go on from these, not from one shared seed)
         obs = self.reset([first_row + j for j in range(num_envs)])
@@ -489,6 +501,7 @@ class ManiSkillBatchEnv:
     def step(self, actions: np.ndarray) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         import torch
 
+        actions = np.clip(actions, *self._bounds)
         raw, rew, term, trunc, info = self.env.step(torch.as_tensor(actions, device=self.env.device))
         n = self.num_envs
         return (self._obs(raw), _to_numpy(rew).astype(np.float32).reshape(n), _to_numpy(term).astype(bool).reshape(n),
