@@ -114,7 +114,7 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
               "policy.arch=tiny", "policy.exec_steps=3", "policy.max_prompt_tokens=64", f"run.out_dir={tmp_path}",
               "run.progress=false", "run.video=false", "run.eval_num_envs=2"]
     proc = run_cli("train", "configs/pi0_small_sft_pickcube.yaml", *common, f"algo.dataset={rgb_demos}",
-                   "algo.epochs=1", "algo.batch_size=16", "algo.log_every=2", "run.max_minutes=null",
+                   "algo.epochs=1", "algo.batch_size=16", "algo.log_every=2", "algo.image_shift=2", "run.max_minutes=null",
                    "run.final_eval_episodes=2", "run.name=sft")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
@@ -184,6 +184,12 @@ def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need
     assert summary["best_val"]["val_nll"] == pytest.approx(vals[best_step], rel=1e-4)
     assert Path(summary["checkpoint"]).name == f"step_{best_step:010d}"
     assert summary["gradient_steps"] >= max(vals)
+
+
+def test_image_shift_on_state_observations_is_one_line(bc_config, tmp_path, need_maniskill):
+    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.image_shift=4")
+    assert proc.returncode == 2 and "algo.image_shift" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "sft").exists()
 
 
 def test_keep_best_val_without_held_out_episodes_is_one_line():

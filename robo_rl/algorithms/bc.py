@@ -52,6 +52,11 @@ class BCConfig:
     final evaluation use the weights with the lowest validation NLL, not the last (needs val_fraction > 0;
     holds one copy of the weights in host memory)."""
 
+    image_shift: int = 0
+    """Random-shift augmentation of training images (DrQ / random crop): each image is padded by this
+    many edge pixels and cropped back at a random offset, per image and camera (0: off; validation and
+    evaluation images are never shifted). About 5-10% of the image size is usual, e.g. 8 at 128 px."""
+
     def __post_init__(self) -> None:
         if not self.dataset:
             raise ConfigError("config key 'algo.dataset' is required for bc: a demonstrations file from 'robo-rl demos generate'")
@@ -59,6 +64,8 @@ class BCConfig:
             raise ConfigError("config keys 'algo.batch_size', 'algo.epochs' and 'algo.lr' must be > 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"config key 'algo.val_fraction' = {self.val_fraction} must be in [0, 1)")
+        if self.image_shift < 0:
+            raise ConfigError(f"config key 'algo.image_shift' = {self.image_shift} must be >= 0 (pixels; 0 disables it)")
         if self.keep_best_val and self.val_fraction <= 0:
             raise ConfigError("config key 'algo.keep_best_val' needs held-out episodes: set 'algo.val_fraction' > 0 "
                               "(e.g. 0.1) or keep_best_val: false")

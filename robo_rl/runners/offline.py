@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from robo_rl import checkpoint as ckpt_io
+from robo_rl.data.augment import random_shift
 from robo_rl.errors import ConfigError
 from robo_rl.runners.build import build_algorithm, build_env, build_policy
 from robo_rl.runners.config import TrainConfig
@@ -104,6 +105,14 @@ def flatten(eps: list[Any], obs_keys: list[str], horizon: int = 1) -> DemoArrays
     return DemoArrays(obs, np.concatenate(chunks), instruction, np.concatenate(valid))
 
 
+def check_offline_config(cfg: TrainConfig) -> None:
+    """One-line errors an offline run can know from its config alone, before a run directory exists."""
+    shift = getattr(cfg.algo, "image_shift", 0)
+    if shift and getattr(cfg.env, "obs_mode", "rgb") != "rgb":
+        raise ConfigError(f"config key 'algo.image_shift' = {shift} augments images, but env.obs_mode is "
+                          f"{cfg.env.obs_mode!r}; set env.obs_mode: rgb or algo.image_shift: 0")
+
+
 class OfflineTrainer:
     """Runs ``algo`` (an offline algorithm such as ``bc``) in ``run_dir``."""
 
@@ -173,6 +182,7 @@ class OfflineTrainer:
         count = 0
         best_eval = -1.0
         best_val: tuple[float, int, dict[str, torch.Tensor]] | None = None  # (val NLL, step, weights) when keep_best_val
+        shift_gen = torch.Generator().manual_seed(rc.seed)
         perm = rng.permutation(n)
         pos = 0
         step = 0
@@ -185,7 +195,10 @@ class OfflineTrainer:
                 idx = perm[pos:pos + ac.batch_size]
                 pos += ac.batch_size
                 policy.train()
-                for k, v in algo.update(train.batch(idx)).items():
+                batch = train.batch(idx)
+                if ac.image_shift:
+                    batch[0]["rgb"] = random_shift(batch[0]["rgb"], ac.image_shift, shift_gen)
+                for k, v in algo.update(batch).items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
                 if step % ac.log_every == 0 or step == total:

@@ -335,11 +335,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         preflight(cfg)  # one-line errors before anything starts
     else:
         check_local_cpus(cfg)
-    run_dir = make_run_dir(cfg)
     if getattr(ALGORITHMS.get(cfg.algo.name), "offline", False):
-        from robo_rl.runners.offline import OfflineTrainer
+        from robo_rl.runners.offline import OfflineTrainer, check_offline_config
 
-        return OfflineTrainer(cfg, run_dir).run()
+        check_offline_config(cfg)
+        return OfflineTrainer(cfg, make_run_dir(cfg)).run()
+    run_dir = make_run_dir(cfg)
     return Trainer(cfg, run_dir).run()
 
 
