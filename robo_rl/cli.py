@@ -510,8 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), "
                                      "sample (pi0 chunk sampling), ros (ROS 2 node latency), rollout (serial vs pipelined), "
-                                     "scale (VLA-driven env batch: steps/s, GPU utilization)")
-    b.add_argument("name", help="ppo | env | decode | sample | ros | rollout | scale")
+                                     "scale (VLA-driven env batch: steps/s, GPU utilization), chunks (blind chunk steps vs "
+                                     "rendering every step)")
+    b.add_argument("name", help="ppo | env | decode | sample | ros | rollout | scale | chunks")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
     b.set_defaults(fn=cmd_bench)
     return p

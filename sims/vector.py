@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -49,6 +49,22 @@ class SingleEnv(Protocol):
 
 
 EnvFactory = Callable[[], SingleEnv]
+
+
+@runtime_checkable
+class BlindStepEnv(Protocol):
+    """Optional capability of a SingleEnv: a step that skips producing the observation (no camera
+    render). Inside an action chunk only the last step's observation reaches the policy, so a worker
+    steps the others blind and asks for the observation once (``observe``). Physics, rewards,
+    termination and the observation at the chunk's end must equal those of plain ``step`` calls."""
+
+    def step_blind(self, action: np.ndarray) -> tuple[float, bool, bool, dict[str, Any]]:
+        """``step`` without its observation: (reward, terminated, truncated, info with 'success')."""
+        ...
+
+    def observe(self) -> dict[str, Any]:
+        """The observation of the current state, as ``step`` would have returned it."""
+        ...
 
 
 class BatchEnv(Protocol):
@@ -110,17 +126,25 @@ def _step_one(env: SingleEnv, bufs: SharedArrays, i: int, chunk: np.ndarray | No
 
     ``chunk`` (H, A): run up to H actions in turn, stopping at the episode's end (the rest of the
     chunk is dropped); the reward is the sum over the executed steps, success is true if any step
-    succeeded, and ``chunk_steps`` (the number executed) is returned with the info."""
+    succeeded, and ``chunk_steps`` (the number executed) is returned with the info. An env that can
+    step blind (``BlindStepEnv``) renders only the observation the chunk ends on."""
     if chunk is None:
         obs, reward, terminated, truncated, info = env.step(bufs["actions"][i].copy())
     else:
         reward, succeeded, n = 0.0, False, 0
+        blind = env.step_blind if isinstance(env, BlindStepEnv) else None
         for a in chunk:
-            obs, r, terminated, truncated, info = env.step(np.array(a, np.float32))
+            if blind is not None and n < len(chunk) - 1:
+                obs = None
+                r, terminated, truncated, info = blind(np.array(a, np.float32))
+            else:
+                obs, r, terminated, truncated, info = env.step(np.array(a, np.float32))
             reward, n = reward + float(r), n + 1
             succeeded = succeeded or bool(info.get("success", False))
             if terminated or truncated:
                 break
+        if obs is None:  # the episode ended on a blind step
+            obs = env.observe()
         info = {**info, "success": succeeded, "chunk_steps": n}
     final_rest = None
     done = bool(terminated or truncated)

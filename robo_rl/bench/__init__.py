@@ -8,7 +8,8 @@ from robo_rl.errors import RoboRLError
 
 BENCHES = {"env": "robo_rl.bench.env_overhead", "ppo": "robo_rl.bench.ppo_vs_sb3", "decode": "robo_rl.bench.decode",
            "ros": "robo_rl.bench.ros_latency", "sample": "robo_rl.bench.sample",
-           "rollout": "robo_rl.bench.rollout", "scale": "robo_rl.bench.scale"}
+           "rollout": "robo_rl.bench.rollout", "scale": "robo_rl.bench.scale",
+           "chunks": "robo_rl.bench.chunks"}
 
 
 def run_bench(name: str, argv: list[str]) -> int:

@@ -54,6 +54,10 @@ class ManiSkillConfig:
     """Sensor camera width/height in rgb mode (pixels)."""
     render_size: int = 256
     """Width/height of video frames (pixels)."""
+    blind_chunk_steps: bool = True
+    """rgb mode, single-env workers: render the cameras only on the step an action chunk ends on (the
+    only observation the policy sees); the other steps of the chunk skip the render, which is nearly all
+    of a CPU step's cost. Same physics, rewards and observations; false renders every step."""
     step_timeout: float = 60.0
     """Seconds before a worker step is declared hung and the worker replaced."""
     envs_per_worker: int = 1
@@ -250,10 +254,18 @@ class ManiSkillSingleEnv:
             self._apply_variations(np.random.default_rng([*key, 7919]), self._shifted)
             self._perturb_rng = np.random.default_rng([self._episode_seed or 0, self._episodes, 104_729])
             self._episodes += 1
-            raw = self.env.unwrapped.get_obs()
-            if self.cfg.obs_mode == "rgb":
-                raw = self.env.observation(raw)  # the flattening wrapper
+            return self.observe()
+        return self._obs(raw)
+
+    def _obs(self, raw: Any) -> dict[str, Any]:
         return {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
+
+    def observe(self) -> dict[str, Any]:
+        """The observation of the current state (cameras rendered now), as ``step`` returns it."""
+        raw = self.env.unwrapped.get_obs()
+        if self.cfg.obs_mode == "rgb":
+            raw = self.env.observation(raw)  # the flattening wrapper
+        return self._obs(raw)
 
     def _apply_variations(self, rng: np.random.Generator, shifted: bool = True) -> None:
         """Move static sensor cameras, scale the lights and nudge dynamic objects, as configured; the fixed
@@ -319,17 +331,37 @@ class ManiSkillSingleEnv:
         self._t += 1
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        raw, rew, term, trunc, info = self._step(self.env, action)
+        return (self._obs(raw), *self._outcome(rew, term, trunc, info))
+
+    def step_blind(self, action: np.ndarray) -> tuple[float, bool, bool, dict[str, Any]]:
+        """``step`` without rendering the cameras (``sims.vector.BlindStepEnv``): ManiSkill computes a
+        state-dict observation instead, below the rgb flattening wrapper, and the caller ``observe``s
+        when it needs the images. With ``blind_chunk_steps`` off or in state mode: a plain step."""
+        if self.cfg.obs_mode != "rgb" or not self.cfg.blind_chunk_steps:
+            return self.step(action)[1:]
+        base = self.env.unwrapped
+        mode, base._obs_mode = base._obs_mode, "state_dict"  # ManiSkill's get_obs dispatches on it each step
+        try:
+            _, rew, term, trunc, info = self._step(self.env.env, action)
+        finally:
+            base._obs_mode = mode
+        return self._outcome(rew, term, trunc, info)
+
+    def _step(self, env: Any, action: np.ndarray) -> tuple:
         import torch
 
         self.before_step()
-        raw, rew, term, trunc, info = self.env.step(torch.as_tensor(np.clip(action, *self._bounds)[None]))
-        obs = {**{k: v[0] for k, v in _split_obs(raw, self.cfg.obs_mode).items()}, "instruction": self.instruction}
+        return env.step(torch.as_tensor(np.clip(action, *self._bounds)[None]))
+
+    def _outcome(self, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> tuple[float, bool, bool, dict[str, Any]]:
+        """(reward, terminated, truncated, info) of one env from ManiSkill's batched step outputs."""
         success = bool(_to_numpy(info.get("success", False)).reshape(-1)[0])
         term, trunc = bool(_to_numpy(term).reshape(-1)[0]), bool(_to_numpy(trunc).reshape(-1)[0])
         out: dict[str, Any] = {"success": success}
         if (term or trunc) and self.cfg.variations.offset_prob < 1.0:
             out["offset_applied"] = self._shifted  # which part of a mixed split the ending episode was
-        return obs, float(_to_numpy(rew).reshape(-1)[0]), term, trunc, out
+        return float(_to_numpy(rew).reshape(-1)[0]), term, trunc, out
 
     def render(self) -> np.ndarray:
         return _to_numpy(self.env.render())[0].astype(np.uint8, copy=False)
