@@ -34,7 +34,9 @@ def test_pi0_configs_dry_run(name, sim, cams, request):
 
 
 @pytest.mark.parametrize("name,sim,algo", [("opd_openvla_7b_libero.yaml", "libero", "OPD"),
-                                          ("rpd_pi0_maniskill.yaml", "maniskill", "RPD")])
+                                          ("rpd_pi0_maniskill.yaml", "maniskill", "RPD"),
+                                          ("opd_pickcube_state.yaml", "maniskill", "OPD"),
+                                          ("rpd_pickcube_state.yaml", "maniskill", "RPD")])
 def test_teacher_guided_gpu_configs_dry_run(name, sim, algo, request):
     request.getfixturevalue(f"need_{sim}")
     out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
