@@ -262,13 +262,14 @@ def cmd_demos(args: argparse.Namespace) -> int:
             meta = {"env": "libero", "task": args.task, "control_mode": "OSC_POSE delta + gripper", "obs_mode": "rgb",
                     "source": "scripted pick-and-place expert (privileged object poses)"}
         else:
-            from sims.maniskill.experts import generate
+            from sims.maniskill.experts import KINDS, generate
 
             eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,
                                 image_size=args.image_size, only_success=args.only_success, on_episode=on_episode,
-                                workers=args.workers))
-            meta = {"env": "maniskill", "task": args.task, "control_mode": "pd_joint_pos", "obs_mode": args.obs_mode,
-                    "source": "ManiSkill motion-planning solution"}
+                                workers=args.workers, kind=args.expert, noise=args.noise, max_steps=args.max_steps))
+            meta = {"env": "maniskill", "task": args.task, "control_mode": KINDS[args.expert], "obs_mode": args.obs_mode,
+                    "source": "ManiSkill motion-planning solution" if args.expert == "planner" else
+                    f"robo-rl scripted end-effector expert (DART noise {args.noise})"}
     meta.update(seed=args.seed, attempts=attempts[0], expert_success_rate=successes[0] / max(1, attempts[0]))
     try:
         path = write_episodes(args.out, eps, meta)
@@ -414,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--only-success", action="store_true", help="drop failed expert attempts")
     g.add_argument("--workers", type=int, default=1,
                    help="ManiSkill: expert processes in parallel (same episodes, in seed order, as one)")
+    g.add_argument("--expert", choices=["planner", "scripted"], default="planner",
+                   help="ManiSkill: mplib motion planner (pd_joint_pos actions) or the scripted closed-loop "
+                        "end-effector expert (pd_ee_delta_pos; PickCube-v1, PushCube-v1)")
+    g.add_argument("--noise", type=float, default=0.0,
+                   help="scripted expert: std of Gaussian noise on the executed arm action (labels stay clean)")
+    g.add_argument("--max-steps", type=int, default=50, help="scripted expert: step budget per episode")
     g.set_defaults(fn=cmd_demos)
     c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or an error)")
     c.add_argument("src", help="robo-rl episodes file")
