@@ -266,10 +266,13 @@ def cmd_demos(args: argparse.Namespace) -> int:
 
             eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,
                                 image_size=args.image_size, only_success=args.only_success, on_episode=on_episode,
-                                workers=args.workers, kind=args.expert, noise=args.noise, max_steps=args.max_steps))
+                                workers=args.workers, kind=args.expert, noise=args.noise, max_steps=args.max_steps,
+                                robot=args.robot))
             meta = {"env": "maniskill", "task": args.task, "control_mode": KINDS[args.expert], "obs_mode": args.obs_mode,
                     "source": "ManiSkill motion-planning solution" if args.expert == "planner" else
                     f"robo-rl scripted end-effector expert (DART noise {args.noise})"}
+            if args.robot:
+                meta["robot_uids"] = args.robot
     meta.update(seed=args.seed, attempts=attempts[0], expert_success_rate=successes[0] / max(1, attempts[0]))
     try:
         path = write_episodes(args.out, eps, meta)
@@ -421,6 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--noise", type=float, default=0.0,
                    help="scripted expert: std of Gaussian noise on the executed arm action (labels stay clean)")
     g.add_argument("--max-steps", type=int, default=50, help="scripted expert: step budget per episode")
+    g.add_argument("--robot", default=None,
+                   help="ManiSkill robot_uids instead of the task's robot (e.g. panda_wristcam: a wrist camera too); "
+                        "train with env.extra.robot_uids set the same")
     g.set_defaults(fn=cmd_demos)
     c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or an error)")
     c.add_argument("src", help="robo-rl episodes file")

@@ -62,6 +62,11 @@ def test_bc_control_mode_mismatch_is_one_line(bc_config, tmp_path, need_maniskil
     proc = run_cli("train", bc_config, "env.control_mode=pd_joint_delta_pos", f"run.out_dir={tmp_path}")
     assert proc.returncode == 2
     assert "robo-rl: error: the demonstrations' actions are 'pd_joint_pos' but env.control_mode is 'pd_joint_delta_pos'" in proc.stderr
+    # demos of the task's own robot, trained on the wrist-camera Panda: the other cameras, refused
+    proc = run_cli("train", bc_config, "env.extra={robot_uids: panda_wristcam}", f"run.out_dir={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert ("robo-rl: error: the demonstrations were recorded with robot the task default but env.extra.robot_uids "
+            "is panda_wristcam; remove env.extra.robot_uids") in proc.stderr
 
 
 def test_eval_over_ros2_matches_direct_eval(bc_config, tmp_path, need_maniskill):

@@ -208,11 +208,12 @@ def test_scripted_ee_expert_records_clean_labels_that_replay(tmp_path, need_mani
     recorded labels are the expert's clean actions (step <= 5 cm, i.e. norm <= 0.5), not the perturbed ones
     it executed; and clean demos replayed open loop in a real env succeed again."""
     noisy, clean = tmp_path / "noisy.h5", tmp_path / "clean.h5"
-    for out, noise in ((noisy, "0.3"), (clean, "0")):
+    for out, noise, robot in ((noisy, "0.3", ["--robot", "panda_wristcam"]), (clean, "0", [])):
         proc = run_cli("demos", "generate", "--task", "PickCube-v1", "--expert", "scripted", "--noise", noise,
-                       "--episodes", "2", "--seed", "3", "--out", str(out))
+                       "--episodes", "2", "--seed", "3", "--out", str(out), *robot)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert read_meta(out)["control_mode"] == "pd_ee_delta_pos"
+        assert read_meta(out).get("robot_uids") == (robot[1] if robot else None)
     for e in load_episodes(noisy):
         assert e.actions.shape[1] == 4 and set(np.unique(e.actions[:, 3])) <= {-1.0, 1.0}
         assert np.linalg.norm(e.actions[:, :3], axis=1).max() <= 0.5 + 1e-5

@@ -74,7 +74,7 @@ def load_demos(path: str | list[str], obs_keys: list[str], only_success: bool,
 
 def _check_pooled(paths: list[str], metas: list[dict[str, Any]]) -> None:
     """Files pooled into one dataset must describe the same setup and different episodes."""
-    for key in ("env", "task", "control_mode", "obs_mode"):
+    for key in ("env", "task", "control_mode", "obs_mode", "robot_uids"):
         values = {str(m.get(key)) for m in metas}
         if len(values) > 1:
             raise ConfigError(f"algo.dataset pools files with different {key}: "
@@ -142,6 +142,13 @@ class OfflineTrainer:
         if want is not None and have is not None and meta.get("env") == getattr(self.cfg.env, "name", None) and want != have:
             raise ConfigError(f"the demonstrations' actions are {have!r} but env.control_mode is {want!r}; "
                               f"set env.control_mode: {have}")
+        extra = getattr(self.cfg.env, "extra", None)
+        robot = (extra or {}).get("robot_uids") if isinstance(extra, dict) else None
+        if meta.get("env") == "maniskill" and str(meta.get("robot_uids")) != str(robot):
+            raise ConfigError(f"the demonstrations were recorded with robot {meta.get('robot_uids') or 'the task default'} "
+                              f"but env.extra.robot_uids is {robot or 'unset (the task default)'}; "
+                              + (f"set env.extra.robot_uids: {meta['robot_uids']}" if meta.get("robot_uids")
+                                 else "remove env.extra.robot_uids"))
 
     def _run(self, rng: np.random.Generator) -> dict[str, Any]:
         cfg, rc, ac = self.cfg, self.cfg.run, self.cfg.algo

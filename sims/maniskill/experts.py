@@ -83,11 +83,12 @@ class _Expert:
     """One recording env and its task's expert; ``attempt(seed)`` runs the expert once."""
 
     def __init__(self, task: str, obs_mode: str, image_size: int, kind: str = "planner", noise: float = 0.0,
-                 max_steps: int = 50) -> None:
+                 max_steps: int = 50, robot: str | None = None) -> None:
         from sims.maniskill.env import ManiSkillConfig, _make_gym_env
 
         cfg = ManiSkillConfig(task=task, num_envs=1, obs_mode=obs_mode, control_mode=KINDS[kind],
-                              reward_mode="normalized_dense", backend="cpu", image_size=image_size)
+                              reward_mode="normalized_dense", backend="cpu", image_size=image_size,
+                              extra={"robot_uids": robot} if robot else {})
         self.task, self.kind, self.noise, self.max_steps = task, kind, noise, max_steps
         self.env = Recorder(_make_gym_env(cfg, "physx_cpu", 1, render=False), obs_mode)
         if kind == "planner":
@@ -120,7 +121,8 @@ class _Expert:
 _WORKER_EXPERT: _Expert | None = None
 
 
-def _init_worker(task: str, obs_mode: str, image_size: int, kind: str, noise: float, max_steps: int) -> None:
+def _init_worker(task: str, obs_mode: str, image_size: int, kind: str, noise: float, max_steps: int,
+                 robot: str | None) -> None:
     import os
 
     import torch
@@ -128,7 +130,7 @@ def _init_worker(task: str, obs_mode: str, image_size: int, kind: str, noise: fl
     global _WORKER_EXPERT
     torch.set_num_threads(1)
     os.environ.setdefault("LP_NUM_THREADS", "1")
-    _WORKER_EXPERT = _Expert(task, obs_mode, image_size, kind, noise, max_steps)
+    _WORKER_EXPERT = _Expert(task, obs_mode, image_size, kind, noise, max_steps, robot)
 
 
 def _attempt_in_worker(seed: int) -> Episode | None:
@@ -139,11 +141,12 @@ def _attempt_in_worker(seed: int) -> Episode | None:
 def generate(task: str, episodes: int, seed: int = 0, obs_mode: str = "state", image_size: int = 128,
              only_success: bool = False, max_attempts: int | None = None,
              on_episode: Callable[[Episode, bool], None] | None = None, workers: int = 1, kind: str = "planner",
-             noise: float = 0.0, max_steps: int = 50) -> Iterator[Episode]:
+             noise: float = 0.0, max_steps: int = 50, robot: str | None = None) -> Iterator[Episode]:
     """Yield expert episodes for ``task`` with seeds seed, seed+1, ...
 
     ``kind`` picks the expert (:data:`KINDS`); ``noise`` and ``max_steps`` apply to ``scripted`` experts
-    (DART noise on the executed arm action, the recorded label stays clean; the step budget).
+    (DART noise on the executed arm action, the recorded label stays clean; the step budget). ``robot``
+    replaces the task's robot (ManiSkill ``robot_uids``, e.g. ``panda_wristcam``: a Panda with a wrist camera).
     With ``only_success`` failed attempts are dropped (up to ``max_attempts`` seeds in all).
     ``on_episode(ep, kept)`` is called after every attempt (progress reporting). ``workers`` > 1 runs
     the attempts in that many spawn processes (one env each) and yields the same episodes, in seed
@@ -174,7 +177,7 @@ def generate(task: str, episodes: int, seed: int = 0, obs_mode: str = "state", i
         return keep
 
     if workers == 1:
-        expert = _Expert(task, obs_mode, image_size, kind, noise, max_steps)
+        expert = _Expert(task, obs_mode, image_size, kind, noise, max_steps, robot)
         try:
             for s in seeds:
                 ep = expert.attempt(s)
@@ -187,7 +190,7 @@ def generate(task: str, episodes: int, seed: int = 0, obs_mode: str = "state", i
         return
     import multiprocessing as mp
 
-    pool = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(task, obs_mode, image_size, kind, noise, max_steps))
+    pool = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(task, obs_mode, image_size, kind, noise, max_steps, robot))
     try:
         for ep in pool.imap(_attempt_in_worker, seeds, chunksize=1):  # in seed order
             if take(ep):
