@@ -143,7 +143,7 @@ class OfflineTrainer:
             raise ConfigError(f"the demonstrations' actions are {have!r} but env.control_mode is {want!r}; "
                               f"set env.control_mode: {have}")
         extra = getattr(self.cfg.env, "extra", None)
-        robot = (extra or {}).get("robot_uids") if isinstance(extra, dict) else None
+        robot = extra.get("robot_uids") if isinstance(extra, dict) else None
         if meta.get("env") == "maniskill" and str(meta.get("robot_uids")) != str(robot):
             raise ConfigError(f"the demonstrations were recorded with robot {meta.get('robot_uids') or 'the task default'} "
                               f"but env.extra.robot_uids is {robot or 'unset (the task default)'}; "
