@@ -75,11 +75,19 @@ def test_eval_over_ros2_matches_direct_eval(bc_config, tmp_path, need_maniskill)
     proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=bc", "run.final_eval_episodes=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "bc"
-    direct = run_cli("eval", str(run), "--episodes", "1", "--num-envs", "1", "--seed", "7", "--no-video")
+    direct = run_cli("eval", str(run), "--episodes", "1", "--num-envs", "1", "--seed", "7", "--no-video",
+                     "--out", str(tmp_path / "evals" / "direct.json"))
     assert direct.returncode == 0, direct.stderr[-3000:]
-    ros = run_cli("eval", str(run), "--episodes", "1", "--seed", "7", "--via-ros", "configs/robots/panda_sim_state.yaml")
+    ros = run_cli("eval", str(run), "--episodes", "1", "--seed", "7", "--via-ros", "configs/robots/panda_sim_state.yaml",
+                  "--out", str(tmp_path / "evals" / "ros.json"))
     assert ros.returncode == 0, ros.stderr[-3000:]
     d, r = json.loads(direct.stdout), json.loads(ros.stdout)
+    # --out holds the same JSON, and the two files pair up in robo-rl compare
+    assert json.loads((tmp_path / "evals" / "direct.json").read_text()) == d
+    assert json.loads((tmp_path / "evals" / "ros.json").read_text()) == r
+    cmp = run_cli("compare", "--a", str(tmp_path / "evals" / "direct.json"), "--b", str(tmp_path / "evals" / "ros.json"))
+    assert cmp.returncode == 0, cmp.stderr[-2000:]
+    assert json.loads(cmp.stdout)["paired"]["difference"] == 0
     assert r["episodes"] == 1 and r["via"].startswith("ros2") and not r["rejected"]
     assert r["successes"] == d["successes"] and r["episode_success"] == d["episode_success"]  # pairs in compare
     assert abs(r["mean_return"] - d["mean_return"]) < 1e-3 * max(1.0, abs(d["mean_return"])), (d, r)
