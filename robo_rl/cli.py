@@ -105,8 +105,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         out_ros = evaluate_over_ros(args.checkpoint, args.via_ros, args.episodes, args.seed)
         print(f"success {out_ros['success_rate']:.3f} (95% CI [{out_ros['ci95_low']:.3f}, {out_ros['ci95_high']:.3f}]) "
               f"over {out_ros['episodes']} episodes via ROS 2", file=sys.stderr)
-        _write_eval_json(args.out, out_ros)
-        print(json.dumps(out_ros, indent=2))
+        _emit_eval(out_ros, args.out)
         return 0
     ckpt = ckpt_io.resolve(args.checkpoint)
     meta = ckpt_io.read_meta(ckpt)
@@ -139,22 +138,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise RoboRLError(f"cannot write video '{video}' ({err.strerror}); pass --video PATH in a writable place") from None
     lo, hi = res.ci95
     print(f"success {res.success_rate:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) over {res.episodes} episodes", file=sys.stderr)
-    _write_eval_json(args.out, out)
-    print(json.dumps(out, indent=2))
+    _emit_eval(out, args.out)
     return 0
 
 
-def _write_eval_json(path: str | None, result: dict) -> None:
-    """With ``--out``, an evaluation's JSON (the file ``robo-rl compare`` reads), written atomically."""
-    if not path:
-        return
-    from robo_rl.checkpoint import atomic_write_text
+def _emit_eval(result: dict, path: str | None) -> None:
+    """Print an evaluation's JSON and, with ``--out``, write it atomically (the file ``robo-rl compare`` reads)."""
+    text = json.dumps(result, indent=2)
+    if path:
+        from robo_rl.checkpoint import atomic_write_text
 
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(path), json.dumps(result, indent=2) + "\n")
-    except OSError as err:
-        raise RoboRLError(f"cannot write '{path}' ({err.strerror}); pass --out in a writable place") from None
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(Path(path), text + "\n")
+        except OSError as err:
+            raise RoboRLError(f"cannot write '{path}' ({err.strerror}); pass --out in a writable place") from None
+    print(text)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
