@@ -166,6 +166,20 @@ def test_critic_warmup_leaves_the_actor_untouched():
         assert float(p.value(obs).mean()) > 0.0  # the critic moved towards the returns
 
 
+@pytest.mark.parametrize("detach", [False, True])
+def test_value_detach_keeps_the_value_loss_out_of_the_trunk(detach):
+    p = _policy(value_detach=detach)
+    obs = _obs(4)
+    with torch.no_grad():
+        out = p.act(obs)
+    torch.nn.init.normal_(p.value_head[2].weight)  # the last layer starts at zero: give the input a gradient path
+    _, _, value = p.evaluate({"rgb": torch.from_numpy(obs["rgb"])}, out.extras)
+    ((value - 1.0) ** 2).mean().backward()
+    trunk = [q.grad for q in p.model.parameters() if q.requires_grad]
+    assert all(g is not None for g in (q.grad for q in p.value_head.parameters()))
+    assert any(g is not None and bool(g.abs().sum() > 0) for g in trunk) is not detach
+
+
 def test_bc_fits_expert_actions():
     p = _policy()
     obs = _obs(8)

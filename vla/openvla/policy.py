@@ -64,6 +64,9 @@ class OpenVLAConfig:
     """Sampling temperature of rollouts (evaluation is greedy); log-probs are under this temperature."""
     value_hidden: int = 256
     """Hidden width of the value head (reads the hidden state before the first action token)."""
+    value_detach: bool = False
+    """Stop the value loss's gradient at the value head's input: the shared trunk (the actor) then learns
+    from the policy loss only and the value head fits its features (RL4VLA lets both flow: false)."""
     lora_rank: int = 0
     """LoRA rank on the Llama projections through peft (0 = full fine-tuning)."""
     lora_alpha: float = 16.0
@@ -285,7 +288,7 @@ class OpenVLAPolicy(nn.Module):
         a = self.model.arch.action_dim
         out = batch_decode(self.model, pixels, ids, mask, self.cfg.temperature, greedy=deterministic,
                            extra=self._extra(obs), n_tokens=self.exec_steps * a)
-        value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
+        value = self._value(out.prefix_hidden)
         actions = self._unnormalize(out.index.view(out.index.shape[0], self.exec_steps, a))
         if self.cfg.chunk == 1:
             actions = actions[:, 0]
@@ -296,7 +299,7 @@ class OpenVLAPolicy(nn.Module):
         pixels = self.pixels(obs["rgb"])
         out = teacher_forced(self.model, pixels, extras["prompt_ids"], extras["prompt_mask"], extras["action_index"],
                              self.cfg.temperature, extra=self._extra(obs))
-        value = self.value_head(out.prefix_hidden.float()).squeeze(-1)
+        value = self._value(out.prefix_hidden)
         return out.log_prob.sum(-1), out.entropy.sum(-1), value
 
     def imitation_loss(self, obs: dict[str, Any], actions: torch.Tensor,
@@ -342,7 +345,13 @@ class OpenVLAPolicy(nn.Module):
         ids, mask = self.prompts(obs, pixels.shape[0])
         embeds, m, pos = self.model.embed_prefix(pixels, ids, mask, self._extra(obs))
         hidden, _ = self.model.backbone(embeds, m, pos)
-        return self.value_head(hidden[:, -1].float()).squeeze(-1)
+        return self._value(hidden[:, -1])
+
+    def _value(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B,) value from the (B, D) hidden state before the first action token."""
+        if self.cfg.value_detach:
+            hidden = hidden.detach()
+        return self.value_head(hidden.float()).squeeze(-1)
 
     def reset(self, env_ids: Any = None) -> None:
         """Stateless (the VecEnv executes a chunk within one step): nothing to clear."""
