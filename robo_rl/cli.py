@@ -350,6 +350,8 @@ def cmd_steer(args: argparse.Namespace) -> int:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
                              beta=args.beta, stochastic=args.stochastic)
+        _emit_eval(out, args.out)
+        return 0
     print(json.dumps(out, indent=2))
     return 0
 
@@ -516,6 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--stochastic", action="store_true",
                     help="start each chunk from Gaussian noise (as deployed and as collected), seeded by --seed; "
                          "default: from x_0 = 0")
+    se.add_argument("--out", help="also write the evaluation JSON here (atomically), for 'robo-rl compare'")
     for q in (sc, se):
         q.add_argument("--num-envs", type=int, default=None)
         q.add_argument("--seed", type=int, default=None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from tests.conftest import run_cli
@@ -56,6 +57,20 @@ def test_bc_then_ppo_from_it(bc_config, tmp_path, need_maniskill):
                    f"run.out_dir={tmp_path}", "run.name=ppo")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "policy initialised from" in proc.stderr
+    # the input statistics the SFT'd weights were fit to: updated by rollouts unless run.freeze_obs_stats
+    proc = run_cli("train", str(tmp_path / "ppo" / "config.yaml"), "run.name=ppo_frozen", "run.freeze_obs_stats=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = {name: _obs_stats(tmp_path / name) for name in ("sft", "ppo", "ppo_frozen")}
+    assert stats["ppo"]["obs_norm.count"] > stats["sft"]["obs_norm.count"]
+    assert all(torch.equal(stats["sft"][k], v) for k, v in stats["ppo_frozen"].items()) and len(stats["sft"]) == 3
+
+
+def _obs_stats(run_dir: Path) -> dict:
+    """The running observation statistics in a run's latest checkpoint."""
+    from safetensors.torch import load_file
+
+    ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
+    return {k: v for k, v in load_file(str(ckpts[-1] / "model.safetensors")).items() if k.startswith("obs_norm.")}
 
 
 def test_bc_control_mode_mismatch_is_one_line(bc_config, tmp_path, need_maniskill):
@@ -174,11 +189,16 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert not (tmp_path / "auto").exists()
     for mode, extra, steered, beta in (("gated", [], None, 1.0), ("off", [], 0.0, 1.0),
                                        ("gated", ["--tau", "0", "--beta", "2.5"], 1.0, 2.5)):
+        out = tmp_path / f"steer_{mode}_{beta}.json"
         proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
-                       "--episodes", "2", "--num-envs", "2", "--mode", mode, *extra)
+                       "--episodes", "2", "--num-envs", "2", "--mode", mode, "--out", str(out), *extra)
         assert proc.returncode == 0, proc.stderr[-3000:]
         res = json.loads(proc.stdout)
         assert res["episodes"] == 2 and (steered is None or res["steered_fraction"] == steered) and res["beta"] == beta
+        assert json.loads(out.read_text()) == res  # --out holds what was printed
+    # the written files pair up: same seeds and --num-envs, so gated vs off is a paired comparison
+    proc = run_cli("compare", "--a", str(tmp_path / "steer_off_1.0.json"), "--b", str(tmp_path / "steer_gated_1.0.json"))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["episodes"] == 2, proc.stderr[-2000:]
     proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"), "--beta", "0")
     assert proc.returncode == 2 and "steering scale" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))

@@ -63,6 +63,10 @@ class RunConfig:
     ``env.worker_cpus`` too, so that env workers and policy get cores of their own."""
     init_from: str | None = None
     """Start the policy from this run directory or checkpoint (e.g. an SFT run before PPO)."""
+    freeze_obs_stats: bool = False
+    """Keep the policy's input statistics (running state normalization) as loaded instead of updating them
+    with rollout observations. For fine-tuning from ``init_from``: the SFT'd weights were fit to those
+    statistics, and rollout states (failures run to the time limit) can rescale some dimensions many-fold."""
 
     def __post_init__(self) -> None:
         if self.total_env_steps < 1:

@@ -185,7 +185,8 @@ class Trainer:
         st = self.state
         metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard)
         tobs = source.reset(seed=rc.seed + 1000 * st.iteration)
-        if st.iteration == 0 and hasattr(self.policy, "update_normalizer"):
+        track_stats = hasattr(self.policy, "update_normalizer") and not rc.freeze_obs_stats
+        if st.iteration == 0 and track_stats:
             self.policy.update_normalizer(tobs)
         source.sync(self.policy)
         t_start = time.monotonic() - st.wall_time
@@ -208,7 +209,7 @@ class Trainer:
                 if hasattr(self.algo, "set_progress"):
                     self.algo.set_progress(st.env_steps / rc.total_env_steps)
                 losses = self.algo.update(batch)
-                if hasattr(self.policy, "update_normalizer"):
+                if track_stats:
                     self.policy.update_normalizer(batch.obs)
                 source.sync(self.policy)  # weights (and normalizer statistics) to the rollout workers
                 st.iteration += 1
