@@ -350,9 +350,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
                              beta=args.beta, stochastic=args.stochastic)
-        _emit_eval(out, args.out)
-        return 0
-    print(json.dumps(out, indent=2))
+    _emit_eval(out, args.out if args.steer_command == "eval" else None)  # collect/fit's --out is their own file
     return 0
 
 

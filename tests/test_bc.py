@@ -67,10 +67,9 @@ def test_bc_then_ppo_from_it(bc_config, tmp_path, need_maniskill):
 
 def _obs_stats(run_dir: Path) -> dict:
     """The running observation statistics in a run's latest checkpoint."""
-    from safetensors.torch import load_file
+    from robo_rl.checkpoint import load_model_state, resolve
 
-    ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
-    return {k: v for k, v in load_file(str(ckpts[-1] / "model.safetensors")).items() if k.startswith("obs_norm.")}
+    return {k: v for k, v in load_model_state(resolve(run_dir)).items() if k.startswith("obs_norm.")}
 
 
 def test_bc_control_mode_mismatch_is_one_line(bc_config, tmp_path, need_maniskill):
