@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
+
+import numpy as np
 
 from real_robot.safety import SafetyConfig
 from robo_rl.errors import ConfigError
@@ -69,6 +72,11 @@ class RobotConfig:
     startup_timeout_s: float = 10.0
     """``robo-rl deploy`` waits this long for every input (joints, cameras, state) to deliver a valid
     message before it starts commanding; then fails naming what is missing."""
+    urdf: str | None = None
+    """URDF of the arm (a local path); with ``ee_link``, the forward kinematics that enforces the safety
+    workspace box (``safety.workspace_low/high``) on joint targets."""
+    ee_link: str | None = None
+    """URDF link whose origin must stay inside the workspace box (e.g. ``panda_hand_tcp``)."""
 
     @property
     def command_dim(self) -> int:
@@ -90,6 +98,30 @@ class RobotConfig:
                               f"{len(self.safety.position_lower)} joints")
         if self.control_rate_hz <= 0:
             raise ConfigError("robot config 'control_rate_hz' must be > 0")
+        if self.safety.control_rate_hz != self.control_rate_hz:
+            raise ConfigError(f"robot config control_rate_hz is {self.control_rate_hz:g} but safety.control_rate_hz is "
+                              f"{self.safety.control_rate_hz:g}; the per-step limits are max_velocity / "
+                              f"safety.control_rate_hz, so set both to the rate commands are sent at")
+        box = (self.safety.workspace_low, self.safety.workspace_high)
+        if (box[0] is None) != (box[1] is None):
+            raise ConfigError("robot config safety: set both workspace_low and workspace_high, or neither")
+        if box[0] is not None:
+            if self.action_mode not in ("absolute_joint", "delta_joint"):
+                raise ConfigError(f"robot config safety workspace box needs joint targets (action_mode absolute_joint "
+                                  f"or delta_joint), not action_mode {self.action_mode!r}")
+            if not (self.urdf and self.ee_link):
+                raise ConfigError("robot config safety workspace box needs 'urdf' and 'ee_link' (the forward "
+                                  "kinematics that checks it); without them it could not be enforced")
+        elif bool(self.urdf) != bool(self.ee_link):
+            raise ConfigError("robot config: 'urdf' and 'ee_link' go together (with a safety workspace box)")
+
+    def forward_kinematics(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """The end-effector position function for the safety workspace box, or None without a box."""
+        if self.safety.workspace_low is None or not self.urdf or not self.ee_link:
+            return None
+        from real_robot.kinematics import ChainFK
+
+        return ChainFK(self.urdf, self.ee_link, self.joint_names)
 
 
 def load_robot(path: str) -> RobotConfig:

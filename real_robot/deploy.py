@@ -78,4 +78,5 @@ def run(checkpoint: str, robot_path: str, transport: str | None = None, seconds:
     finally:
         node.stop()
         tr.close()
-    return {"commands_sent": node.sent, "interventions": dict(node.safety.counts), "rejected": dict(node.rejected)}
+    return {"commands_sent": node.sent, "interventions": dict(node.safety.counts), "rejected": dict(node.rejected),
+            "missed_ticks": node.missed_ticks}

@@ -35,25 +35,29 @@ log = logging.getLogger(__name__)
 
 class PolicyNode:
     def __init__(self, robot: RobotConfig, policy: Any, transport: Transport,
-                 clock: Callable[[], float] = time.monotonic, max_queue: int = 50, reactive: bool = False,
+                 clock: Callable[[], float] = time.monotonic, reactive: bool = False,
                  recorder: Any = None) -> None:
-        """``reactive``: infer and send a command as soon as a joint state arrives (latency benchmark;
-        a deployment uses ``start()``'s fixed-rate control loop)."""
+        """``reactive``: send a command as soon as a joint state arrives, inferring when the queue is
+        empty (an action chunk then runs open-loop, as in the simulator; latency benchmark and
+        ``eval --via-ros``); a deployment uses ``start()``'s fixed-rate control loop."""
         self.robot = robot
         self.reactive = reactive
         self.recorder = recorder  # a real_robot.recorder.BagRecorder, or None
         self.policy = policy
         self.transport = transport
         self.clock = clock
-        self.safety = SafetyFilter(robot.safety, hold_zero=robot.action_mode == "ee_twist")
+        # a hold of velocity (twist) or raw controller (passthrough) commands is the zero command
+        self.safety = SafetyFilter(robot.safety, fk=robot.forward_kinematics(),
+                                   hold_zero=robot.action_mode in ("ee_twist", "passthrough"))
         self.rejected: Counter[str] = Counter()
         self.sent = 0
+        self.missed_ticks = 0
         self._lock = threading.Lock()
         self._images: list[tuple[np.ndarray, float] | None] = [None] * len(robot.cameras)
         self._joints: tuple[np.ndarray, np.ndarray, float] | None = None
         self._state: tuple[np.ndarray, float] | None = None
         self._instruction = robot.default_instruction
-        self._queue: deque[np.ndarray] = deque(maxlen=max_queue)
+        self._queue: deque[np.ndarray] = deque()  # bounded by the inference loop (it refills below 2)
         self._obs_seq = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -73,8 +77,14 @@ class PolicyNode:
         log.warning("rejected %s message: %s", kind, err)
 
     def _record(self, topic: str, raw: bytes) -> None:
+        """Write to the recording; a failing recorder (full disk) is counted, never stops control."""
         if self.recorder is not None:
-            self.recorder.write(topic, raw, time.time_ns())
+            try:
+                self.recorder.write(topic, raw, time.time_ns())
+            except Exception as err:
+                self.rejected["record_error"] += 1
+                if self.rejected["record_error"] == 1:
+                    log.error("recording failed (%s: %s); control goes on unrecorded", type(err).__name__, err)
 
     def _on_image(self, i: int, raw: bytes, _t: float) -> None:
         cam = self.robot.cameras[i]
@@ -97,7 +107,8 @@ class PolicyNode:
             self._joints = (q, qd if qd is not None else np.zeros_like(q), self.clock())
             self._obs_seq += 1
         if self.reactive:
-            self.infer_once()
+            if not self._queue:
+                self.infer_once()
             self.control_tick()
 
     def _on_state(self, raw: bytes, _t: float) -> None:
@@ -210,6 +221,9 @@ class PolicyNode:
                 out = self.policy.act({k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v for k, v in obs.items()},
                                       deterministic=True)
             actions = np.asarray(torch.as_tensor(out.actions).detach().cpu(), dtype=np.float64)[0]
+            if actions.ndim not in (1, 2) or actions.shape[-1] != self.robot.command_dim or not len(actions):
+                raise ValueError(f"policy action of shape {actions.shape}; robot '{self.robot.name}' takes "
+                                 f"({self.robot.command_dim},) or a chunk (T, {self.robot.command_dim})")
         except Exception as err:  # the robot must get a safe stop, whatever the model does
             self.rejected["policy_error"] += 1
             log.error("policy raised %s: %s", type(err).__name__, err)
@@ -248,8 +262,29 @@ class PolicyNode:
         decision = self.safety(target, q, age)
         self._publish(decision.command)
         if self.recorder is not None and (decision.held or decision.interventions):
-            self.recorder.intervention(decision.held, decision.interventions, time.time_ns())
+            try:
+                self.recorder.intervention(decision.held, decision.interventions, time.time_ns())
+            except Exception:
+                self.rejected["record_error"] += 1
         return decision
+
+    def safe_tick(self) -> Decision | None:
+        """``control_tick`` that never raises: on any error (a recorder's disk, a transport hiccup) it
+        counts ``control_error`` and tries to send a hold, so the control thread keeps running."""
+        try:
+            return self.control_tick()
+        except Exception as err:
+            self.rejected["control_error"] += 1
+            log.error("control tick raised %s: %s; holding", type(err).__name__, err)
+            try:
+                measured = np.zeros(self.robot.command_dim) if self.safety.hold_zero or self._joints is None \
+                    else self._joints[0]
+                decision = self.safety.hold(measured, ["control_error"])
+                self._publish(decision.command)
+                return decision
+            except Exception as err2:
+                log.error("could not send the hold: %s: %s", type(err2).__name__, err2)
+                return None
 
     def _publish(self, command: np.ndarray) -> None:
         now = time.time()
@@ -278,8 +313,16 @@ class PolicyNode:
             period = 1.0 / self.robot.control_rate_hz
             nxt = time.monotonic()
             while not self._stop.is_set():
-                self.control_tick()
+                self.safe_tick()
                 nxt += period
+                late = time.monotonic() - nxt
+                if late > 0:
+                    # overran (GC pause, slow publish): drop the missed ticks instead of sending them
+                    # back to back, which would move the arm max_delta per tick at many ticks per period
+                    skipped = int(late // period) + 1
+                    self.missed_ticks += skipped
+                    nxt += skipped * period
+                    log.warning("control loop %.0f ms late: skipped %d tick(s)", 1000 * late, skipped)
                 time.sleep(max(0.0, nxt - time.monotonic()))
 
         self._threads = [threading.Thread(target=infer_loop, daemon=True, name="infer"),
@@ -288,7 +331,8 @@ class PolicyNode:
             t.start()
 
     def stop(self) -> None:
-        """Stop the loops and send one hold command (the last safe target; a zero twist for velocity control)."""
+        """Stop the loops and send one hold command (the last safe target; the zero command for twist and
+        passthrough control)."""
         self._stop.set()
         for t in self._threads:
             t.join(timeout=2.0)

@@ -2,7 +2,8 @@
 Observation contract.
 
 Topics recorded: every camera (sensor_msgs/Image), ``/joint_states``, the instruction
-(std_msgs/String), the commands actually sent, and ``/robo_rl/interventions`` (std_msgs/String with
+(std_msgs/String), the state topic (std_msgs/Float64MultiArray) with ``state_source: topic``, the
+commands actually sent, and ``/robo_rl/interventions`` (std_msgs/String with
 JSON ``{"held": bool, "kinds": [...]}`` per control step). The bag opens in ROS 2 tools as is.
 """
 
@@ -39,6 +40,8 @@ class BagRecorder:
         topics = [(cam.topic, "sensor_msgs/msg/Image") for cam in robot.cameras] + [
             (robot.joint_states_topic, "sensor_msgs/msg/JointState"), (robot.instruction_topic, "std_msgs/msg/String"),
             (robot.command_topic, robot.command_type), (INTERVENTIONS, "std_msgs/msg/String")]
+        if robot.state_source == "topic":
+            topics.append((robot.state_topic, "std_msgs/msg/Float64MultiArray"))
         self._conns = {t: self._writer.add_connection(t, typ, typestore=ts) for t, typ in topics}
 
     def write(self, topic: str, cdr: bytes, t_ns: int) -> None:
@@ -56,12 +59,16 @@ class BagRecorder:
 
 def replay(path: str | Path, robot: RobotConfig) -> Iterator[dict[str, Any]]:
     """Yield one Observation (B = 1, as the node builds it) per recorded joint state that has every
-    camera before it, plus the command sent after it (``command``, or None)."""
+    camera (and, with ``state_source: topic``, a state vector) before it, plus the command sent after it
+    (``command`` (command_dim,): the array's data, the trajectory point's positions or the twist's
+    linear then angular velocity; or None). ``rgb`` is absent for a robot without cameras."""
     from rosbags.rosbag2 import Reader
 
     images: dict[str, np.ndarray] = {}
     instruction = robot.default_instruction
     pending: dict[str, Any] | None = None
+    state: np.ndarray | None = None
+    want_state = robot.state_source == "topic"
     cams = [c.topic for c in robot.cameras]
     with Reader(path) as reader:
         for conn, _t, raw in reader.messages():
@@ -71,17 +78,30 @@ def replay(path: str | Path, robot: RobotConfig) -> Iterator[dict[str, Any]]:
                 images[topic] = m.image_to_rgb(m.deserialize(raw, conn.msgtype), (cam.height, cam.width))
             elif topic == robot.instruction_topic:
                 instruction = str(m.deserialize(raw, conn.msgtype).data)
-            elif topic == robot.joint_states_topic and len(images) == len(cams):
+            elif want_state and topic == robot.state_topic:
+                state = np.asarray(m.deserialize(raw, conn.msgtype).data, dtype=np.float64)
+            elif topic == robot.joint_states_topic and len(images) == len(cams) and (state is not None or not want_state):
                 if pending is not None:
                     yield pending
                 q, qd = m.joints_in_order(m.deserialize(raw, conn.msgtype), list(robot.joint_names))
                 qd = qd if qd is not None else np.zeros_like(q)
-                pending = {"rgb": np.stack([images[c] for c in cams])[None],
-                           "state": np.concatenate([q, qd])[None].astype(np.float32),
-                           "instruction": [instruction], "command": None}
+                vec = state if want_state and state is not None else np.concatenate([q, qd])
+                pending = {"state": vec[None].astype(np.float32), "instruction": [instruction], "command": None}
+                if cams:
+                    pending["rgb"] = np.stack([images[c] for c in cams])[None]
             elif topic == robot.command_topic and pending is not None and pending["command"] is None:
-                msg = m.deserialize(raw, conn.msgtype)
-                data = msg.data if hasattr(msg, "data") else msg.points[0].positions
-                pending["command"] = np.asarray(data, dtype=np.float64)
+                pending["command"] = _command_vector(m.deserialize(raw, conn.msgtype))
     if pending is not None:
         yield pending
+
+
+def _command_vector(msg: Any) -> np.ndarray:
+    """The numbers of one recorded command message (Float64MultiArray, JointTrajectory, TwistStamped)."""
+    if hasattr(msg, "data"):
+        data = msg.data
+    elif hasattr(msg, "points"):
+        data = msg.points[0].positions
+    else:
+        tw = msg.twist
+        data = [tw.linear.x, tw.linear.y, tw.linear.z, tw.angular.x, tw.angular.y, tw.angular.z]
+    return np.asarray(data, dtype=np.float64)

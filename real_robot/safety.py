@@ -4,8 +4,8 @@ Order of checks per control step (the first that fires decides; clamps compose):
 1. e-stop latched -> hold; 2. observation older than ``stale_ms`` -> hold; 3. command not finite
 (NaN/inf, or the policy raised) -> hold; 4. clamp to joint position limits; 5. limit the change from
 the last sent command to ``min(max_delta, max_velocity / rate)`` per joint (position limits still
-win when the robot is measured outside them); 6. if a forward-kinematics
-function is given, a target whose end effector leaves the workspace box -> hold.
+win when the robot is measured outside them); 6. if a forward-kinematics function is given (the
+robot config's ``urdf`` + ``ee_link``), a target whose end effector leaves the workspace box -> hold.
 "Hold" re-sends the last safe command (or the measured position before any command was sent); for
 velocity commands (``hold_zero``) a hold is the zero command, i.e. stop. Every intervention is
 counted by kind and logged.
@@ -84,7 +84,9 @@ class SafetyFilter:
             log.warning("e-stop engaged: holding position")
         self.estopped = bool(engaged)
 
-    def _hold(self, measured: np.ndarray, kinds: list[str]) -> Decision:
+    def hold(self, measured: np.ndarray, kinds: list[str]) -> Decision:
+        """A hold decision (counted under ``kinds``): the last safe command, the clamped ``measured``
+        (J,) position before any, or the zero command with ``hold_zero``."""
         for k in kinds:
             self.counts[k] += 1
         log.warning("safety hold (%s)", ", ".join(kinds))
@@ -100,14 +102,14 @@ class SafetyFilter:
         current joint positions, ``obs_age_s`` age of the newest observation."""
         measured = np.asarray(measured, np.float64)
         if self.estopped:
-            return self._hold(measured, ["estop"])
+            return self.hold(measured, ["estop"])
         if obs_age_s * 1000.0 > self.cfg.stale_ms:
-            return self._hold(measured, ["stale_observation"])
+            return self.hold(measured, ["stale_observation"])
         if target is None:
-            return self._hold(measured, ["policy_error"])
+            return self.hold(measured, ["policy_error"])
         t = np.asarray(target, np.float64)
         if t.shape != self.lo.shape or not np.all(np.isfinite(t)):
-            return self._hold(measured, ["non_finite_or_bad_shape"])
+            return self.hold(measured, ["non_finite_or_bad_shape"])
         kinds: list[str] = []
         clamped = np.clip(t, self.lo, self.hi)
         if not np.array_equal(clamped, t):
@@ -121,7 +123,7 @@ class SafetyFilter:
         if self.fk is not None and self.cfg.workspace_low is not None and self.cfg.workspace_high is not None:
             ee = np.asarray(self.fk(limited), np.float64)
             if np.any(ee < self.cfg.workspace_low) or np.any(ee > self.cfg.workspace_high):
-                return self._hold(measured, kinds + ["workspace"])
+                return self.hold(measured, kinds + ["workspace"])
         for k in kinds:
             self.counts[k] += 1
         self.last = limited
