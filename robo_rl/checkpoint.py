@@ -71,10 +71,16 @@ def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], train
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     _fsync_dir(tmp)
-    if final.exists():
-        shutil.rmtree(final)
+    old_copy = None
+    if final.exists():  # same step saved again: move the old copy aside, never delete it before the swap
+        old_copy = ckpt_root / f".step_{step:010d}.old-{os.getpid()}"
+        if old_copy.exists():
+            shutil.rmtree(old_copy)
+        os.replace(final, old_copy)
     os.replace(tmp, final)
     _fsync_dir(ckpt_root)
+    if old_copy is not None:
+        shutil.rmtree(old_copy, ignore_errors=True)
     atomic_write_text(ckpt_root / "latest", final.name + "\n")
     old = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
     for p in old[:-keep] if keep > 0 else []:

@@ -34,7 +34,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from robo_rl.runners import train as train_mod
 
     if args.resume:
-        summary = train_mod.resume(Path(args.resume), args.overrides)
+        overrides = list(args.overrides or [])
+        if args.config:  # argparse puts the first KEY=VALUE of "train --resume RUN a.b=1" in CONFIG
+            if "=" not in args.config:
+                raise RoboRLError(f"robo-rl train --resume takes the run's own config.yaml, not {args.config!r}; "
+                                  f"pass only dotted overrides after it (e.g. algo.lr=1e-5)")
+            overrides.insert(0, args.config)
+        summary = train_mod.resume(Path(args.resume), overrides)
     else:
         if not args.config:
             raise RoboRLError("robo-rl train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")

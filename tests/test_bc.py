@@ -218,6 +218,20 @@ def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need
     assert summary["gradient_steps"] >= max(vals)
 
 
+def test_eval_every_does_not_wait_for_log_every_and_an_empty_train_split_is_one_line(bc_config, tmp_path,
+                                                                                      need_maniskill):
+    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.epochs=4", "algo.log_every=1000",
+                   "algo.eval_every=2", "run.eval_episodes=1", "run.final_eval_episodes=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "sft" / "metrics.csv")))
+    evals = [int(r["iteration"]) for r in rows if r["eval/success_rate"]]
+    steps = json.loads(proc.stdout)["gradient_steps"]
+    assert evals == list(range(2, steps + 1, 2)) and steps >= 4
+    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft2", "algo.val_fraction=0.9")
+    assert proc.returncode == 2 and "leaves no training episode of the 3" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
 def test_image_shift_on_state_observations_is_one_line(bc_config, tmp_path, need_maniskill):
     proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.image_shift=4")
     assert proc.returncode == 2 and "algo.image_shift" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -34,6 +34,11 @@ def test_dotted_overrides_parse_yaml_values():
     (["algo.name=ppx"], "unknown algorithm 'ppx': did you mean 'ppo'?"),
     (["run.total_env_steps=0"], "'run.total_env_steps' = 0 must be >= 1"),
     (["run.video=3"], "config key 'run.video' = 3 has the wrong type; expected bool"),
+    (["run.checkpoint_every_steps=0"], "'run.checkpoint_every_steps' = 0 must be >= 1"),
+    (["run.keep_checkpoints=0"], "'run.keep_checkpoints' = 0 must be >= 1"),
+    (["run.eval_every_steps=-5"], "'run.eval_every_steps' = -5 must be >= 0 (0 disables)"),
+    (["run.final_eval_episodes=-1"], "'run.final_eval_episodes' = -1 must be >= 0"),
+    (["run.max_minutes=0"], "'run.max_minutes' = 0.0 must be > 0, or null"),
     (["nosuch=1"], "unknown config key 'nosuch'"),
     (["algo.gamma"], "must look like key.sub=value"),
 ])

@@ -71,6 +71,29 @@ def test_the_teacher_term_pulls_the_student_towards_the_teacher(distance):
     assert after < 0.5 * before and "teacher_distance" in stats
 
 
+def test_a_distance_on_discrete_token_actions_is_refused():
+    """mse/l1 on a policy whose deterministic actions are decoded tokens (no gradient) would silently
+    do nothing: a one-line error pointing at distance nll."""
+
+    class TokenStudent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(2))
+
+        def act(self, obs, deterministic=False):
+            from robo_rl.contracts import PolicyOutput
+
+            return PolicyOutput(actions=torch.zeros(obs["state"].shape[0], 2))  # argmax of logits: no grad
+
+    algo = RPD(RPDConfig(teacher="unused", distance="mse"), _mlp(0))
+    algo.policy = TokenStudent()
+    obs = _batch().obs
+    with pytest.raises(ConfigError, match="decodes discrete action tokens .*use algo.distance: nll"):
+        algo.distance(obs, torch.zeros(64, 2))
+    with torch.no_grad():  # evaluation-time use (no gradient wanted) stays allowed
+        assert float(algo.distance(obs, torch.zeros(64, 2))) == 0.0
+
+
 def test_lambda_anneals_and_mismatched_teachers_are_refused():
     algo = RPD(RPDConfig(teacher="unused", lambda_=2.0, anneal="linear"), _mlp(0))
     algo.set_progress(0.75)

@@ -108,10 +108,25 @@ def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniski
     assert res.returncode == 0, res.stderr[-3000:]
     assert (run / "config.yaml").read_text() == cfg_before
     rows = list(csv.DictReader(open(run / "metrics.csv")))
-    assert rows[: len(rows_before)] == rows_before  # nothing already written is lost
-    resumed = [int(r["env_steps"]) for r in rows[len(rows_before):]]
+    kept = [r for r in rows_before if int(r["env_steps"]) <= ckpt_step]
+    assert kept and rows[: len(kept)] == kept  # everything up to the checkpoint is kept as written
+    steps = [int(r["env_steps"]) for r in rows]
+    assert steps == sorted(set(steps))  # rows logged after the checkpoint were redone, not duplicated
+    resumed = steps[len(kept):]
     assert resumed[0] == ckpt_step + 32 and resumed[-1] == 640
     assert json.loads((run / "summary.json").read_text())["env_steps"] == 640
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ckpts[-1] == "step_0000000640" and not [c for c in ckpts if c.startswith(".")]
+    # a resume whose overrides do not fit the checkpoint fails and leaves config.yaml as it was
+    assert "shape" in _one_line_error(run_cli("train", "--resume", str(run), "policy.hidden=[16,16]"))
+    assert (run / "config.yaml").read_text() == cfg_before
+    # a learning-rate override takes effect (the optimizer's saved lr does not win) and is recorded
+    res = run_cli("train", "--resume", str(run), "run.total_env_steps=704", "algo.lr=1.0e-5")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [int(r["env_steps"]) for r in rows[-2:]] == [672, 704]
+    assert [float(r["loss/lr"]) for r in rows[-2:]] == [1e-5, 1e-5] and float(rows[-3]["loss/lr"]) == 3e-4
+    assert "lr: 1.0e-05" in (run / "config.yaml").read_text()
 
 
 @pytest.mark.parametrize("extra, fragment", [

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import torch
 
+from robo_rl.algorithms.optim import load_optimizer_state
 from robo_rl.errors import ConfigError
 
 
@@ -109,4 +110,4 @@ class BC:
         return {"optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
+from robo_rl.algorithms.optim import load_optimizer_state
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
 
@@ -136,4 +137,4 @@ class OPD:
         return {"optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
+from robo_rl.algorithms.optim import load_optimizer_state
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
 
@@ -208,5 +209,5 @@ class PPO:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.updates = int(state.get("updates", 0))

@@ -77,6 +77,10 @@ class RPD(PPO):
             log_prob, _, _ = self.policy.evaluate(obs, self.policy.extras_for_actions(obs, teacher_actions))
             return -log_prob.mean()
         student = self.policy.act(obs, deterministic=True).actions
+        if torch.is_grad_enabled() and not student.requires_grad:
+            raise ConfigError(f"config key 'algo.distance' = {self.cfg.distance!r} needs actions that are differentiable "
+                              f"in the weights, but {type(self.policy).__name__} decodes discrete action tokens (the "
+                              f"term would do nothing); use algo.distance: nll")
         diff = student - teacher_actions.to(student.dtype)
         return (diff**2).mean() if self.cfg.distance == "mse" else diff.abs().mean()
 

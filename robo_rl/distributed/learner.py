@@ -182,8 +182,10 @@ class LearnerWorker:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
             rest = {k: v for k, v in state.items() if k not in ("optimizer", "learner_strategy")}
-            set_optimizer_state_dict(self.module, self.algo.optimizer, state["optimizer"],
-                                     options=StateDictOptions(full_state_dict=True))
+            from robo_rl.algorithms.optim import load_optimizer_state
+
+            load_optimizer_state(self.algo.optimizer, state["optimizer"], loader=lambda s: set_optimizer_state_dict(
+                self.module, self.algo.optimizer, s, options=StateDictOptions(full_state_dict=True)))
             if "updates" in rest:
                 self.algo.updates = int(rest["updates"])
             return

@@ -77,6 +77,14 @@ class RunConfig:
             raise ConfigError("config keys 'run.eval_episodes' and 'run.eval_num_envs' must be >= 1")
         if self.torch_threads < 1:
             raise ConfigError(f"config key 'run.torch_threads' = {self.torch_threads} must be >= 1")
+        for key in ("checkpoint_every_steps", "keep_checkpoints"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key 'run.{key}' = {getattr(self, key)} must be >= 1")
+        for key in ("eval_every_steps", "final_eval_episodes"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"config key 'run.{key}' = {getattr(self, key)} must be >= 0 (0 disables)")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"config key 'run.max_minutes' = {self.max_minutes} must be > 0, or null for no limit")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ CSV_COLUMNS = (
     "eval/success_rate", "eval/ci_low", "eval/ci_high", "eval/return",
     "loss/policy_loss", "loss/value_loss", "loss/entropy", "loss/approx_kl", "loss/clip_frac",
     "loss/explained_variance", "loss/grad_norm", "loss/lr", "env/worker_restarts",
+    "loss/reverse_kl", "loss/teacher_distance", "loss/teacher_lambda",
 )
 OFFLINE_COLUMNS = (
     "iteration", "env_steps", "wall_time", "epoch", "loss/nll", "loss/val_nll", "loss/entropy", "loss/grad_norm",
@@ -20,12 +21,46 @@ OFFLINE_COLUMNS = (
 )
 
 
-class MetricsLogger:
-    """Appends one CSV row per call; mirrors every scalar to TensorBoard."""
+def _steps(row: dict[str, str]) -> float:
+    try:
+        return float(row.get("env_steps") or 0)
+    except ValueError:
+        return 0.0
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, columns: tuple[str, ...] = CSV_COLUMNS) -> None:
+
+def _rewrite(path: Path, columns: tuple[str, ...], rows: list[dict[str, str]]) -> None:
+    """Replace ``path`` with ``rows`` (write to a temporary file, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class MetricsLogger:
+    """Appends one CSV row per call; mirrors every scalar to TensorBoard.
+
+    ``keep_until_step``: on a resume, rows logged after the checkpoint being resumed (env_steps above
+    it) are dropped first (the file is rewritten atomically), so the curve never runs backwards; an
+    existing file keeps its own header.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, columns: tuple[str, ...] = CSV_COLUMNS,
+                 keep_until_step: int | None = None) -> None:
         self.path = run_dir / "metrics.csv"
         new = not self.path.exists() or self.path.stat().st_size == 0
+        if not new:
+            with open(self.path, newline="") as fh:
+                reader = csv.DictReader(fh)
+                columns = tuple(reader.fieldnames or columns)
+                rows = list(reader)
+            if keep_until_step is not None:
+                kept = [r for r in rows if _steps(r) <= keep_until_step]
+                if len(kept) != len(rows):
+                    _rewrite(self.path, columns, kept)
         self._fh = open(self.path, "a", newline="")
         self._writer = csv.DictWriter(self._fh, fieldnames=columns, extrasaction="ignore")
         if new:

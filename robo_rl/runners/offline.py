@@ -162,6 +162,9 @@ class OfflineTrainer:
                                   f"{env.obs_spec[k].shape} (match env.image_size to the demos)")
         order = rng.permutation(len(eps))
         n_val = int(round(len(eps) * ac.val_fraction)) if len(eps) > 1 else 0
+        if n_val >= len(eps):
+            raise ConfigError(f"algo.val_fraction={ac.val_fraction} leaves no training episode of the {len(eps)} in "
+                              f"{ac.dataset}; use a val_fraction below {(len(eps) - 0.5) / len(eps):.2f} or more demos")
         policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
         horizon = int(getattr(policy, "action_horizon", 1))  # chunk policies learn whole chunks
         val = flatten([eps[i] for i in order[:n_val]], keys, horizon) if n_val else None
@@ -208,7 +211,8 @@ class OfflineTrainer:
                 for k, v in algo.update(batch).items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
-                if step % ac.log_every == 0 or step == total:
+                evaluate_now = bool(ac.eval_every) and step % ac.eval_every == 0
+                if step % ac.log_every == 0 or step == total or evaluate_now:
                     row: dict[str, Any] = {"iteration": step, "env_steps": 0, "wall_time": round(time.monotonic() - t0, 3),
                                            "epoch": step * ac.batch_size / n}
                     row.update({f"loss/{k}": v / count for k, v in sums.items()})
@@ -218,7 +222,7 @@ class OfflineTrainer:
                         if ac.keep_best_val and (best_val is None or row["loss/val_nll"] < best_val[0]):
                             best_val = (row["loss/val_nll"], step,
                                         {k: v.detach().clone() for k, v in policy.state_dict().items()})
-                    if ac.eval_every and (step % ac.eval_every == 0):
+                    if evaluate_now:
                         res = self._evaluate(policy, rc.eval_episodes, record=False)
                         row.update({"eval/success_rate": res.success_rate, "eval/ci_low": res.ci95[0],
                                     "eval/ci_high": res.ci95[1]})

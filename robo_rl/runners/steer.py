@@ -97,6 +97,10 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
                                  explore_per, seed)
     rows: list[dict[str, Any]] = []
     open_rows: list[list[int]] = [[] for _ in range(env.num_envs)]
+    # per-env quotas (as evaluate_policy): keeping the first episodes to finish would over-sample short,
+    # successful ones, biasing the failure labels the predictor learns from
+    quota = [episodes // env.num_envs + int(i < episodes % env.num_envs) for i in range(env.num_envs)]
+    per_env = [0] * env.num_envs
     done_eps, successes = 0, 0
     try:
         obs, _ = env.reset(seed=seed)
@@ -111,7 +115,8 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
                              "reward": float(res.reward[i]), "episode": -1})
                 open_rows[i].append(len(rows) - 1)
                 if res.terminated[i] or res.truncated[i]:
-                    if done_eps < episodes:
+                    if per_env[i] < quota[i]:
+                        per_env[i] += 1
                         ok = bool(res.info["success"][i])
                         rtg = 0.0
                         for r in reversed(open_rows[i]):

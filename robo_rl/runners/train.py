@@ -81,12 +81,16 @@ class Trainer:
     """Runs one training job in ``run_dir``; ``resume=True`` continues from its latest checkpoint."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False,
-                 on_iteration: Callable[[dict[str, Any]], bool] | None = None) -> None:
-        """``on_iteration(row)`` sees each metrics row; returning True stops the run (benchmarks)."""
+                 on_iteration: Callable[[dict[str, Any]], bool] | None = None, write_config: bool = False) -> None:
+        """``on_iteration(row)`` sees each metrics row; returning True stops the run (benchmarks).
+        ``write_config`` (a resume with overrides): config.yaml is rewritten only once the checkpoint
+        has loaded under the new config, so a failed resume leaves the run directory as it was."""
         self.cfg = cfg
         self.on_iteration = on_iteration
         self.run_dir = run_dir
         self.state = TrainState()
+        self._write_config = write_config
+        self._saved_step = -1
         self._resume_ckpt: Path | None = None
         if resume:
             self._resume_ckpt = ckpt_io.resolve(run_dir)
@@ -108,8 +112,10 @@ class Trainer:
                          "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
                          "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
                          "generator": self.generator.get_state()}
-        return ckpt_io.save(self.run_dir / "checkpoints", self.state.env_steps, self.policy.state_dict(),
+        path = ckpt_io.save(self.run_dir / "checkpoints", self.state.env_steps, self.policy.state_dict(),
                             trainer_state, self._meta(), keep=self.cfg.run.keep_checkpoints)
+        self._saved_step = self.state.env_steps
+        return path
 
     def _restore(self, ckpt: Path) -> None:
         meta = ckpt_io.read_meta(ckpt)
@@ -180,10 +186,14 @@ class Trainer:
         self.reward_scaler = source.reward_scaler
         if self._resume_ckpt is not None:
             self._restore(self._resume_ckpt)
+            self._saved_step = self.state.env_steps
+            if self._write_config:
+                ckpt_io.atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         elif rc.init_from:
             load_policy_weights(self.policy, rc.init_from)
         st = self.state
-        metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard)
+        metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard,
+                                keep_until_step=self.state.env_steps if self._resume_ckpt is not None else None)
         tobs = source.reset(seed=rc.seed + 1000 * st.iteration)
         track_stats = hasattr(self.policy, "update_normalizer") and not rc.freeze_obs_stats
         if st.iteration == 0 and track_stats:
@@ -245,7 +255,8 @@ class Trainer:
         finally:
             progress.close()
             metrics.close()
-        self.save_checkpoint()
+        if self._saved_step != st.env_steps:  # else the periodic save just wrote this very state
+            self.save_checkpoint()
         self._plot()
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "env_steps": st.env_steps, "iterations": st.iteration,
                    "wall_time_min": round(st.wall_time / 60, 2), "stop_reason": stop_reason,
@@ -350,8 +361,6 @@ def resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise RoboRLError(f"run directory '{run_dir}' does not exist; pass a directory created by 'robo-rl train'")
     cfg = load_run_config(run_dir, overrides)
-    if overrides:
-        ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     if not os.access(run_dir, os.W_OK):
         raise RunDirError(f"run directory '{run_dir}' is not writable")
-    return Trainer(cfg, run_dir, resume=True).run()
+    return Trainer(cfg, run_dir, resume=True, write_config=bool(overrides)).run()
