@@ -118,6 +118,9 @@ def test_official_layout_loads_and_round_trips_through_our_format(tmp_path):
     assert logits.shape[-1] == VOCAB and torch.isfinite(logits).all()
     torch.testing.assert_close(logits, logits2, atol=1e-5, rtol=0)
     assert again.norm_stats == policy.norm_stats
+    # timm's ViT (OpenVLA's SigLIP) uses exact GELU, not transformers' SigLIP default (tanh approximation)
+    for p in (policy, again):
+        assert p.model.vision_backbone.fused_featurizer.config.hidden_act == "gelu"
     # actions un-normalize with the checkpoint's q01/q99; the gripper dim passes through
     with torch.no_grad():
         acts = again.act({"rgb": np.zeros((2, 1, 64, 64, 3), np.uint8), "instruction": ["a", "b"]}).actions
@@ -160,5 +163,15 @@ def test_other_architectures_and_missing_stats_fail(tmp_path):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="no norm_stats"):
         load_pretrained(ckpt)
+    (ckpt / "dataset_statistics.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="dataset_statistics.json' is not valid JSON"):
+        load_pretrained(ckpt)
+    (ckpt / "dataset_statistics.json").write_text(json.dumps({"ds": [1, 2]}))
+    with pytest.raises(CheckpointError, match=r"norm_stats\['ds'\] must be \{'action'"):
+        load_pretrained(ckpt)
+    tok = write_official(tmp_path / "tok")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "LlamaTokenizer"}))
+    with pytest.raises(CheckpointError, match="tokenizer files that transformers cannot load"):
+        load_pretrained(tok)
     with pytest.raises(CheckpointError, match="does not exist"):
         load_pretrained(tmp_path / "nowhere")

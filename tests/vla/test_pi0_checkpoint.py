@@ -243,6 +243,25 @@ def test_openpi_asset_choice(tmp_path):
         load_pretrained(src, asset_id="droid")
 
 
+def test_norm_stats_shorter_than_the_env_are_refused(tmp_path):
+    """The openpi stats here are 5-D state / 7-D action: an env with an 8-D action (or a longer state)
+    would get un-normalized dims; with the matching 7-D action and 5-D state it builds."""
+    from robo_rl.errors import ConfigError
+
+    src = write_openpi(tmp_path / "o", _model(DUMMY))
+    rgb = ArraySpec((1, DUMMY.image_size, DUMMY.image_size, 3), "uint8")
+    with pytest.raises(ConfigError, match="has 7-D action_mean but the env's action is 8-D"):
+        Pi0Policy(Pi0PolicyConfig(checkpoint=str(src)), {"rgb": rgb}, ArraySpec((8,), "float32", -1, 1))
+    with pytest.raises(ConfigError, match="has 5-D state_mean but the env's state is 6-D"):
+        Pi0Policy(Pi0PolicyConfig(checkpoint=str(src)), {"rgb": rgb, "state": ArraySpec((6,), "float32")},
+                  ArraySpec((7,), "float32", -1, 1))
+    p = Pi0Policy(Pi0PolicyConfig(checkpoint=str(src)), {"rgb": rgb, "state": ArraySpec((5,), "float32")},
+                  ArraySpec((7,), "float32", -1, 1))
+    assert p.action_std[:7].tolist() == pytest.approx(NORM["action_std"])
+    with pytest.raises(ConfigError, match="noise_level' = 0 with sampler sde"):
+        Pi0PolicyConfig(sampler="sde", noise_level=0.0)
+
+
 def _pi05(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """pi0.5 keys: adaRMS expert norms (dense), time_mlp_* and no state_proj."""
     out = {}

@@ -139,7 +139,14 @@ def _finish(model: OpenVLAModel, state: dict[str, torch.Tensor], path: Path,
 
 
 def _tokenizer(path: Path) -> TextTokenizer:
-    return HFTokenizer(path) if has_hf_tokenizer(path) else ByteTokenizer()
+    if not has_hf_tokenizer(path):
+        return ByteTokenizer()
+    try:
+        return HFTokenizer(path)
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"'{path}' has tokenizer files that transformers cannot load ({first}); expected "
+                              f"tokenizer.json or tokenizer.model with tokenizer_config.json") from None
 
 
 def _load_ours(path: Path, cfg: dict[str, Any], unnorm_key: str | None) -> Loaded:
@@ -244,9 +251,10 @@ def official_arch(cfg: dict[str, Any], state: dict[str, torch.Tensor]) -> VLAArc
         if (k1, k2) != ("dinov2", "siglip"):
             raise CheckpointError(f"fused towers {ids} are not supported; expected [DINOv2, SigLIP]")
         s2 = _tower_shape(state, "vision_backbone.fused_featurizer.", h2)
-        vision = VisionArch("dinosiglip", int(sizes[0]), s1[4], s1[0], s1[1], s1[2], s1[3], s2[0], s2[1], s2[2], s2[3])
+        vision = VisionArch("dinosiglip", int(sizes[0]), s1[4], s1[0], s1[1], s1[2], s1[3], s2[0], s2[1], s2[2], s2[3],
+                            "gelu")  # timm's ViT (OpenVLA's towers) uses exact GELU
     else:
-        vision = VisionArch(k1, int(sizes[0]), s1[4], *s1[:4])  # type: ignore[arg-type]
+        vision = VisionArch(k1, int(sizes[0]), s1[4], *s1[:4], siglip_act="gelu")  # type: ignore[arg-type]
     text = {**_LLAMA_DEFAULTS, **(cfg.get("text_config") or {})}
     if text.get("model_type", "llama") != "llama":
         raise CheckpointError(f"text_config model_type {text.get('model_type')!r} is not supported; the LM must be Llama")
@@ -372,7 +380,10 @@ def map_official_keys(state: dict[str, torch.Tensor], arch: VLAArch) -> dict[str
 def _official_norm_stats(path: Path, cfg: dict[str, Any], key: str | None) -> NormStats:
     stats = cfg.get("norm_stats")
     if not stats and (path / "dataset_statistics.json").is_file():
-        stats = json.loads((path / "dataset_statistics.json").read_text())
+        try:
+            stats = json.loads((path / "dataset_statistics.json").read_text())
+        except json.JSONDecodeError as err:
+            raise CheckpointError(f"'{path}/dataset_statistics.json' is not valid JSON ({err})") from None
     if not stats:
         raise CheckpointError(f"'{path}' has no norm_stats (config.json) or dataset_statistics.json; "
                               "actions cannot be un-normalized")

@@ -59,7 +59,7 @@ ARCH_PRESETS: dict[str, VLAArch] = {
     "small": VLAArch(VisionArch("siglip", 128, 32, 128, 2, 4, 256),
                      LLMArch(128, 3, 4, 2, 384, 512, 512), "gelu-mlp", 256, 7),
     # OpenVLA-7B's shapes (prism-dinosiglip-224px + Llama-2-7B), for dry runs and GPU benchmarks.
-    "openvla-7b": VLAArch(VisionArch("dinosiglip", 224, 14, 1024, 24, 16, 4096, 1152, 27, 16, 4304),
+    "openvla-7b": VLAArch(VisionArch("dinosiglip", 224, 14, 1024, 24, 16, 4096, 1152, 27, 16, 4304, "gelu"),
                           LLMArch(4096, 32, 32, 32, 11008, 32064, 32000, 10000.0, 2048, 1e-6, False, 1, 32000),
                           "fused-gelu-mlp", 256, 7),
 }

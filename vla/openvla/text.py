@@ -35,7 +35,8 @@ class HFTokenizer:
         from transformers import AutoTokenizer
 
         kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-        self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True, **kwargs)
+        # trust_remote_code=False: a released config.json's auto_map must never run (or prompt to run) its code
+        self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, **kwargs)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok(text, add_special_tokens=False)["input_ids"])

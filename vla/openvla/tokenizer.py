@@ -83,7 +83,11 @@ class NormStats:
             key = next(iter(norm_stats))
         if key not in norm_stats:
             raise CheckpointError(f"norm stats for dataset key {key!r} are missing; the checkpoint has {sorted(norm_stats)}")
-        act = norm_stats[key].get("action", {})
+        entry = norm_stats[key]
+        act = entry.get("action", {}) if isinstance(entry, dict) else None
+        if not isinstance(act, dict):
+            raise CheckpointError(f"norm_stats[{key!r}] must be {{'action': {{'q01': [...], 'q99': [...], 'mask': [...]}}}}, "
+                                  f"got {type(entry).__name__}")
         if "q01" not in act or "q99" not in act:
             raise CheckpointError(f"norm_stats[{key!r}]['action'] needs q01 and q99 (has {sorted(act)})")
         q01, q99 = tuple(float(x) for x in act["q01"]), tuple(float(x) for x in act["q99"])

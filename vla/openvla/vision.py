@@ -40,6 +40,10 @@ class VisionArch:
     layers_2: int = 2
     heads_2: int = 2
     mlp_2: int = 128
+    siglip_act: str = "gelu_pytorch_tanh"
+    """SigLIP MLP activation: ``gelu`` (exact) in OpenVLA's timm towers (released checkpoints and the
+    ``openvla-7b`` shapes); the tanh approximation (transformers' SigLIP default) in our own small archs,
+    which were trained with it."""
 
 
 def _dinov2(hidden: int, layers: int, heads: int, mlp: int, image_size: int, patch: int) -> nn.Module:
@@ -53,12 +57,13 @@ def _dinov2(hidden: int, layers: int, heads: int, mlp: int, image_size: int, pat
     return Dinov2WithRegistersModel(cfg)
 
 
-def _siglip(hidden: int, layers: int, heads: int, mlp: int, image_size: int, patch: int) -> nn.Module:
+def _siglip(hidden: int, layers: int, heads: int, mlp: int, image_size: int, patch: int,
+            act: str = "gelu_pytorch_tanh") -> nn.Module:
     from transformers import SiglipVisionConfig, SiglipVisionModel
 
     cfg = SiglipVisionConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                              intermediate_size=mlp, image_size=image_size, patch_size=patch, vision_use_head=True,
-                             layer_norm_eps=1e-6)
+                             layer_norm_eps=1e-6, hidden_act=act)
     return SiglipVisionModel(cfg)
 
 
@@ -79,11 +84,12 @@ class VisionBackbone(nn.Module):
             self.featurizer = _dinov2(a.hidden, a.layers, a.heads, a.mlp, a.image_size, a.patch_size)
             self.feature_dim = a.hidden
         elif a.kind == "siglip":
-            self.featurizer = _siglip(a.hidden, a.layers, a.heads, a.mlp, a.image_size, a.patch_size)
+            self.featurizer = _siglip(a.hidden, a.layers, a.heads, a.mlp, a.image_size, a.patch_size, a.siglip_act)
             self.feature_dim = a.hidden
         elif a.kind == "dinosiglip":
             self.featurizer = _dinov2(a.hidden, a.layers, a.heads, a.mlp, a.image_size, a.patch_size)
-            self.fused_featurizer = _siglip(a.hidden_2, a.layers_2, a.heads_2, a.mlp_2, a.image_size, a.patch_size)
+            self.fused_featurizer = _siglip(a.hidden_2, a.layers_2, a.heads_2, a.mlp_2, a.image_size, a.patch_size,
+                                            a.siglip_act)
             self.feature_dim = a.hidden + a.hidden_2
         elif a.kind == "mobilenet":
             self.featurizer = MobileNetV2()

@@ -71,6 +71,9 @@ class Pi0PolicyConfig:
         if self.exec_steps is not None and self.exec_steps < 1:
             raise ConfigError(f"policy.exec_steps = {self.exec_steps} must be >= 1 (or null for the whole chunk)")
         SamplerConfig(self.sampler, self.noise_level, self.min_std, self.max_std)  # validates
+        if self.sampler == "sde" and self.noise_level == 0:
+            raise ConfigError("config key 'policy.noise_level' = 0 with sampler sde has zero std, so no "
+                              "log-probability for PPO; use noise_level > 0 (e.g. 0.5), or sampler ode for evaluation")
 
 
 class Pi0Policy(nn.Module):
@@ -130,6 +133,7 @@ class Pi0Policy(nn.Module):
         self.register_buffer("action_mean", torch.zeros(arch.max_action_dim))
         self.register_buffer("action_std", torch.ones(arch.max_action_dim))
         if norm is not None:
+            self._check_norm_dims(norm, obs_spec is not None, action_spec is not None)
             self.set_norm_stats(**norm)
         self.noise_head = NoiseHead(arch.expert_hidden, arch.max_action_dim, cfg.min_std, cfg.max_std)
         self.value_head = nn.Sequential(nn.Linear(arch.lm_hidden, cfg.value_hidden), nn.GELU(), nn.Linear(cfg.value_hidden, 1))
@@ -156,6 +160,17 @@ class Pi0Policy(nn.Module):
             if v.numel() > buf.numel():
                 raise ConfigError(f"norm stats '{name}' have {v.numel()} entries; the model has {buf.numel()} dims")
             buf[: v.numel()] = v.clamp_min(1e-6) if name.endswith("std") else v
+
+    def _check_norm_dims(self, norm: dict[str, Any], have_obs: bool, have_actions: bool) -> None:
+        """A checkpoint's statistics must cover the env's state and action dims: shorter ones would leave
+        the rest un-normalized (actions out in normalized units, state scaled for another robot)."""
+        for prefix, dim, known in (("state", self.state_dim, have_obs and self.state_dim > 0),
+                                   ("action", self.action_dim, have_actions)):
+            for name in (f"{prefix}_mean", f"{prefix}_std"):
+                if known and norm.get(name) is not None and 0 < np.asarray(norm[name]).size < dim:
+                    raise ConfigError(f"pi0 checkpoint '{self.cfg.checkpoint}' has {np.asarray(norm[name]).size}-D "
+                                      f"{name} but the env's {prefix} is {dim}-D; use the checkpoint's robot setup "
+                                      f"(its controller and state) or norm stats for this one (policy.norm_asset_id)")
 
     @property
     def action_horizon(self) -> int:
