@@ -68,13 +68,14 @@ class SharedArrays:
 
 
 def vec_env_layout(num_envs: int, obs_spec: dict[str, ArraySpec], action_spec: ArraySpec) -> dict[str, Any]:
-    """Arrays a vector env shares with its workers: actions, obs/*, final/*, and per-step scalars."""
+    """Arrays a vector env shares with its workers: actions, obs/*, final/*, and per-step scalars
+    (``stepped``: a worker marks each row whose step finished, so a crash mid-worker keeps its siblings' results)."""
     b = num_envs
     specs: dict[str, tuple[tuple[int, ...], str]] = {"actions": ((b, *action_spec.shape), "float32")}
     for k, s in obs_spec.items():
         specs[f"obs/{k}"] = ((b, *s.shape), s.dtype)
         specs[f"final/{k}"] = ((b, *s.shape), s.dtype)
     for k, dt in (("reward", "float32"), ("terminated", "bool"), ("truncated", "bool"), ("success", "bool"),
-                  ("has_final", "bool")):
+                  ("has_final", "bool"), ("stepped", "bool")):
         specs[k] = ((b,), dt)
     return specs

@@ -157,6 +157,7 @@ def _step_one(env: SingleEnv, bufs: SharedArrays, i: int, chunk: np.ndarray | No
     bufs["truncated"][i] = truncated
     bufs["success"][i] = bool(info.get("success", False))
     bufs["has_final"][i] = done
+    bufs["stepped"][i] = True
     extra = {k: v for k, v in info.items() if k != "success"}
     return (rest, final_rest, extra) if (rest or final_rest or extra) else None
 
@@ -217,6 +218,7 @@ def _step_batch(env: BatchEnv, bufs: SharedArrays, rows: list[int], chunks: list
     bufs["truncated"][rows] = trunc
     bufs["success"][rows] = success
     bufs["has_final"][rows] = done
+    bufs["stepped"][rows] = True
     out = []
     for j in range(n):
         extra = {**extra_rows[j], **({"chunk_steps": int(steps[j])} if chunks is not None else {})}
@@ -299,6 +301,10 @@ def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env:
     conn.close()
 
 
+class _EnvError(RoboRLError):
+    """An env raised inside a worker (the worker itself is alive); the message is its one line."""
+
+
 @dataclass
 class _Worker:
     process: Any
@@ -351,6 +357,12 @@ class SubprocVecEnv:
             self._worker_factories = [[factories[i] for i in rows] for rows in self._rows]
         self.num_envs = sum(len(r) for r in self._rows)
         self.restarts = 0
+        self.max_error_restarts = 3
+        """Consecutive times one worker's env may raise inside step() and be replaced before the error
+        ends the run (a deterministic bug must not loop forever; a sporadic simulator error is survived)."""
+        self._errors = [0] * len(self._rows)
+        # seed of each env's current episode (seed + i + k*B), so a replaced worker continues the sequence
+        self._episode_seed: list[int | None] = [None] * self.num_envs
         self._workers: list[_Worker | None] = [None] * len(self._rows)
         self._last_rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self._pending: tuple[list[int], dict[int, bool], bool] | None = None
@@ -404,8 +416,10 @@ class SubprocVecEnv:
             raise SimulatorUnavailable(msg[1])
         return msg[1]
 
-    def _restart(self, w: int) -> list[dict[str, Any]]:
-        """Replace worker w and reset its envs; returns their non-array obs entries (arrays land in shm)."""
+    def _restart(self, w: int, reason: str = "died or hung") -> list[dict[str, Any]]:
+        """Replace worker w and start new episodes in its envs, each with the next seed of its sequence
+        (seed + i + (k+1)*B after a seeded reset; unseeded otherwise); returns their non-array obs
+        entries (arrays land in shm)."""
         old = self._workers[w]
         if old is not None:
             old.conn.close()
@@ -413,10 +427,15 @@ class SubprocVecEnv:
                 old.process.kill()
             old.process.join(timeout=5)
         self.restarts += 1
-        log.warning("env worker %d died or hung; replaced it (restart #%d)", w, self.restarts)
+        log.warning("env worker %d %s; replaced it (restart #%d)", w, reason, self.restarts)
         self._await_start(w, self._spawn(w))
         self._attach(w)
-        self._workers[w].conn.send(("reset", [None] * len(self._rows[w])))
+        seeds = []
+        for i in self._rows[w]:
+            if self._episode_seed[i] is not None:
+                self._episode_seed[i] += self.num_envs  # the interrupted episode is over
+            seeds.append(self._episode_seed[i])
+        self._workers[w].conn.send(("reset", seeds if all(s is not None for s in seeds) else [None] * len(seeds)))
         return self._recv(w, self.start_timeout)
 
     def _recv(self, w: int, timeout: float) -> Any:
@@ -426,8 +445,40 @@ class SubprocVecEnv:
         msg = conn.recv()
         if msg[0] == "error":
             log.debug("env worker %d error:\n%s", w, msg[2])
-            raise RoboRLError(f"env worker {w}: {msg[1]}")
+            raise _EnvError(msg[1])
         return msg[1]
+
+    def _end_episodes_by_restart(self, w: int, pos: dict[int, int], rest: list[dict[str, Any]],
+                                 final_rest: list[dict[str, Any]], restarted: np.ndarray, reason: str) -> None:
+        """Worker w failed mid-step. Rows whose step finished (``stepped``) keep their reward, flags,
+        success and final obs; an episode they had not ended is cut there (truncated, final obs = the
+        obs they reached). Rows that did not step end with their last good obs (reward 0, truncated).
+        Then the worker is replaced and every row starts a new episode."""
+        bufs = self._bufs
+        old = self._workers[w]
+        if old is not None and old.process.is_alive():  # a hung worker must not write rows while we read them
+            old.process.kill()
+            old.process.join(timeout=5)
+        for i in self._rows[w]:
+            if bufs["stepped"][i]:
+                if not bufs["has_final"][i]:
+                    for k in self.obs_spec:
+                        bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
+                    bufs["truncated"][i] = True
+                    bufs["has_final"][i] = True
+                final_rest[pos[i]] = self._last_rest[i] if not final_rest[pos[i]] else final_rest[pos[i]]
+            else:
+                for k in self.obs_spec:
+                    bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
+                final_rest[pos[i]] = self._last_rest[i]
+                bufs["reward"][i] = 0.0
+                bufs["terminated"][i] = False
+                bufs["truncated"][i] = True
+                bufs["success"][i] = False
+                bufs["has_final"][i] = True
+        for i, r in zip(self._rows[w], self._restart(w, reason)):
+            rest[pos[i]] = r or {}
+            restarted[pos[i]] = True
 
     # -- VecEnv contract ----------------------------------------------------------------------
     def _gather_obs(self, prefix: str, rest: list[dict[str, Any]], rows: np.ndarray | None = None) -> Observation:
@@ -447,11 +498,26 @@ class SubprocVecEnv:
         """Reset every env; env i is seeded ``seed + i``."""
         if self._pending is not None:
             raise RoboRLError("reset() while a step_async() is pending; call step_wait() first")
+        self._episode_seed = [None if seed is None else seed + i for i in range(self.num_envs)]
+        sent = {}
         for w, rows in enumerate(self._rows):
-            self._workers[w].conn.send(("reset", [None if seed is None else seed + i for i in rows]))
+            try:
+                self._workers[w].conn.send(("reset", [self._episode_seed[i] for i in rows]))
+                sent[w] = True
+            except (BrokenPipeError, OSError):
+                sent[w] = False
         rest: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for w, rows in enumerate(self._rows):
-            for i, r in zip(rows, self._recv(w, self.start_timeout)):
+            try:
+                if not sent[w]:
+                    raise EOFError
+                replies = self._recv(w, self.start_timeout)
+            except (EOFError, OSError, TimeoutError):  # a worker that died between episodes: replace it
+                for i in rows:  # _restart advances each seed by B; this reset wants the given ones
+                    if self._episode_seed[i] is not None:
+                        self._episode_seed[i] -= self.num_envs
+                replies = self._restart(w)
+            for i, r in zip(rows, replies):
                 rest[i] = r
         self._last_rest = rest
         return self._gather_obs("obs", rest), {}
@@ -482,8 +548,9 @@ class SubprocVecEnv:
             raise RoboRLError(f"step() got actions of shape {actions.shape}; expected {want} or chunks "
                               f"({want[0]}, H, {', '.join(map(str, want[1:]))}) with H >= 1")
         ws = list(range(len(self._rows))) if workers is None else sorted(set(workers))
+        rows = [i for w in ws for i in self._rows[w]]
+        bufs["stepped"][rows] = False
         if not chunked:
-            rows = [i for w in ws for i in self._rows[w]]
             bufs["actions"][rows] = actions[rows]
         sent: dict[int, bool] = {}
         for w in ws:
@@ -508,25 +575,22 @@ class SubprocVecEnv:
         rest: list[dict[str, Any]] = [{} for _ in rows]
         final_rest: list[dict[str, Any]] = [{} for _ in rows]
         extras: dict[str, list[Any]] = {}
+        failure: str | None = None
         for w in ws:
+            reason = "died or hung"
             try:
                 if not sent[w]:
                     raise EOFError
                 replies = self._recv(w, self.step_timeout)
-            except (EOFError, OSError, TimeoutError):
-                # the episodes of this worker's envs end here: their last good obs becomes final_obs
-                for i in self._rows[w]:
-                    for k in self.obs_spec:
-                        bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
-                    final_rest[pos[i]] = self._last_rest[i]
-                for i, r in zip(self._rows[w], self._restart(w)):
-                    rest[pos[i]] = r or {}
-                    restarted[pos[i]] = True
-                    bufs["reward"][i] = 0.0
-                    bufs["terminated"][i] = False
-                    bufs["truncated"][i] = True
-                    bufs["success"][i] = False
-                    bufs["has_final"][i] = True
+                self._errors[w] = 0
+            except (EOFError, OSError, TimeoutError, _EnvError) as err:
+                if isinstance(err, _EnvError):
+                    self._errors[w] += 1
+                    reason = f"raised in step ({err})"
+                    if self._errors[w] >= self.max_error_restarts:
+                        failure = f"env worker {w}: {err} ({self._errors[w]} times in a row; not replaced again)"
+                        continue  # read the other workers' replies first, so the VecEnv stays in step
+                self._end_episodes_by_restart(w, pos, rest, final_rest, restarted, reason)
                 continue
             for i, reply in zip(self._rows[w], replies):
                 if reply is not None:
@@ -534,8 +598,12 @@ class SubprocVecEnv:
                     rest[pos[i]], final_rest[pos[i]] = r or {}, fr or {}
                     for k, v in extra.items():
                         extras.setdefault(k, [None] * len(rows))[pos[i]] = v
+        if failure is not None:
+            raise RoboRLError(failure)
         for i in rows:
             self._last_rest[i] = rest[pos[i]]
+            if bufs["has_final"][i] and not restarted[pos[i]] and self._episode_seed[i] is not None:
+                self._episode_seed[i] += self.num_envs  # the env's own reset took the next seed
         full = len(rows) == self.num_envs
         idx = None if full else np.array(rows)
         sel = slice(None) if full else idx
@@ -552,9 +620,16 @@ class SubprocVecEnv:
 
     def render(self) -> np.ndarray:
         """(B, H, W, 3) frames, one per env."""
-        for w in self._workers:
-            w.conn.send(("render", None))
-        return np.stack([f for w in range(len(self._rows)) for f in self._recv(w, self.step_timeout)])
+        frames = []
+        try:
+            for w in range(len(self._rows)):
+                self._workers[w].conn.send(("render", None))
+            for w in range(len(self._rows)):
+                frames += list(self._recv(w, self.step_timeout))
+        except (EOFError, OSError, TimeoutError) as err:
+            raise RoboRLError(f"env worker {w} died or hung while rendering ({type(err).__name__}); "
+                              f"the next step() or reset() replaces it") from None
+        return np.stack(frames)
 
     def worker_pids(self) -> list[int]:
         """PID of the worker hosting each env (length B)."""

@@ -7,9 +7,9 @@ Actions (B, 7): end-effector delta position (3) and delta rotation (3) in [-1, 1
 OSC_POSE controller, gripper (1): -1 open, +1 close (LIBERO's convention).
 Success comes from LIBERO's own goal predicates (``check_success``); an episode terminates on
 success and is truncated at the suite's standard length. Each reset loads the next official init
-state of the task (env i of B takes init states ``seed + i``, ``seed + i + B``, ...: B envs cover
-``seed .. seed + n - 1`` without repeats), then waits ``settle_steps`` no-op steps
-for objects to settle, as the standard evaluations do.
+state of the task (``init_state_index``: the n envs that share a task take consecutive init states
+without repeats; with one task, env i of B takes ``seed + i``, ``seed + i + B``, ...), then waits
+``settle_steps`` no-op steps for objects to settle, as the standard evaluations do.
 """
 
 from __future__ import annotations
@@ -70,11 +70,25 @@ class LiberoConfig:
         check_suite(self.suite)
         if self.num_envs < 1:
             raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
+        if self.envs_per_worker < 1:
+            raise ConfigError(f"config key 'env.envs_per_worker' = {self.envs_per_worker} must be >= 1")
         if self.image_size < 16:
             raise ConfigError(f"config key 'env.image_size' = {self.image_size} must be >= 16")
         if self.variations.perturb_distance > 0:
             raise ConfigError("config key 'env.variations.perturb_distance': mid-episode perturbations exist for "
                               "ManiSkill only; set it to 0 for LIBERO")
+
+
+def init_state_index(seq: int, env_index: int, num_envs: int, num_tasks: int) -> int:
+    """Official init state (before ``% N``) for the episode with sequence seed ``seq`` of env
+    ``env_index`` in a VecEnv of ``num_envs`` envs cycling over ``num_tasks`` tasks (env i runs task
+    i % T). With ``seq`` = base + i + k*B (the VecEnv's seeds), the ``n`` envs of one task (ranks
+    r = i // T) take base % B + r + (base // B + k) * n: consecutive states, no two envs the same,
+    whatever B and T (``base`` + r + k*B when the envs share one task). A pure function of ``seq``, so
+    a replaced worker continues its env's states."""
+    off = seq - env_index
+    rank, group = env_index // num_tasks, len(range(env_index % num_tasks, num_envs, num_tasks))
+    return off % num_envs + rank + (off // num_envs) * group
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
@@ -92,7 +106,8 @@ class LiberoSingleEnv:
     """One LIBERO task in one process (see module docstring for the contract)."""
 
     def __init__(self, cfg: LiberoConfig, task_index: int, env_index: int = 0, render_gpu: int = -1,
-                 init_stride: int = 1) -> None:
+                 init_stride: int = 1, num_tasks: int = 1) -> None:
+        """Env ``env_index`` of a VecEnv of ``init_stride`` (= B) envs cycling over ``num_tasks`` tasks."""
         from sims.libero.paths import check_assets, ensure_config
 
         ensure_config()
@@ -108,11 +123,13 @@ class LiberoSingleEnv:
         self.init_states = torch.load(self.task.init_states_file, weights_only=False)
         self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, camera_heights=cfg.image_size,
                                       camera_widths=cfg.image_size, render_gpu_device_id=render_gpu,
-                                      hard_reset=False)  # keep the MuJoCo model between episodes (~3 s -> 0.4 s)
+                                      hard_reset=False,  # keep the MuJoCo model between episodes (~3 s -> 0.4 s)
+                                      # robosuite's horizon counts the settle steps too; ours ends episodes first
+                                      horizon=self.max_steps + cfg.settle_steps + 1)
         if cfg.fast_render:
             self._lighten_rendering()
-        self._next_init = env_index
-        self._init_stride = init_stride  # envs sharing the task take disjoint init states
+        self._env_index, self._stride, self._num_tasks = env_index, max(init_stride, env_index + 1), max(1, num_tasks)
+        self._seq = env_index  # the episode's sequence seed (VecEnv contract: seed + i + k * B)
         self.t = 0
         self.instruction = self.task.instruction
         model = self.env.sim.model
@@ -162,18 +179,21 @@ class LiberoSingleEnv:
             sim.forward()
         self.instruction = paraphrase(self.task.instruction, rng) if v.paraphrase else self.task.instruction
 
+
     def reset(self, seed: int | None = None) -> dict[str, Any]:
-        """Load the next official init state (``seed`` picks it: state ``seed % N``)."""
+        """Load the next official init state; ``seed`` is the episode's sequence seed (VecEnv env i of B
+        gets seed + i, then seed + i + B, ... on its own resets), mapped by ``init_index``."""
         if seed is not None:
-            self._next_init = seed
+            self._seq = seed
             self.env.seed(seed)
         self.env.reset()
-        raw = self.env.set_init_state(self.init_states[self._next_init % len(self.init_states)])
+        init = init_state_index(self._seq, self._env_index, self._stride, self._num_tasks)
+        raw = self.env.set_init_state(self.init_states[init % len(self.init_states)])
         if self.cfg.variations.active:
-            self._apply_variations(self._next_init)
+            self._apply_variations(init)
             self.env._update_observables(force=True)
             raw = self.env.env._get_observations()
-        self._next_init += self._init_stride
+        self._seq += self._stride
         for _ in range(self.cfg.settle_steps):
             raw, _, _, _ = self.env.step(NOOP.tolist())
         self.t = 0
@@ -202,9 +222,11 @@ class _Factory:
     task_index: int
     env_index: int
     render_gpu: int
+    num_tasks: int = 1
 
     def __call__(self) -> LiberoSingleEnv:
-        return LiberoSingleEnv(self.cfg, self.task_index, self.env_index, self.render_gpu, init_stride=self.cfg.num_envs)
+        return LiberoSingleEnv(self.cfg, self.task_index, self.env_index, self.render_gpu, init_stride=self.cfg.num_envs,
+                               num_tasks=self.num_tasks)
 
 
 def render_devices(cfg: LiberoConfig) -> list[int]:
@@ -241,7 +263,7 @@ class LiberoVecEnv(VecEnvWrapper):
                       "LP_NUM_THREADS": render_threads(workers, cfg.worker_cpus),
                       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self.render_devices = render_devices(cfg)
-        factories = [_Factory(cfg, ids[i % len(ids)], i, self.render_devices[i]) for i in range(cfg.num_envs)]
+        factories = [_Factory(cfg, ids[i % len(ids)], i, self.render_devices[i], len(ids)) for i in range(cfg.num_envs)]
         self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env,
                                        envs_per_worker=cfg.envs_per_worker, worker_cpus=cfg.worker_cpus)
         self.obs_spec, self.action_spec = self._impl.obs_spec, self._impl.action_spec

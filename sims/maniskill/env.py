@@ -79,6 +79,8 @@ class ManiSkillConfig:
     def __post_init__(self) -> None:
         if self.num_envs < 1:
             raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
+        if self.envs_per_worker < 1:
+            raise ConfigError(f"config key 'env.envs_per_worker' = {self.envs_per_worker} must be >= 1")
         if self.scene_workers is not None and not 1 <= self.scene_workers <= self.num_envs:
             raise ConfigError(f"config key 'env.scene_workers' = {self.scene_workers} must be in 1..env.num_envs "
                               f"({self.num_envs})")

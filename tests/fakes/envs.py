@@ -12,7 +12,8 @@ from robo_rl.contracts import ArraySpec
 
 class CountingEnv:
     """state = [episode step, seed]; episodes last ``horizon`` steps (truncated) unless the action's
-    first entry is > 0.5 (terminated, success). Action[1] > 0.5 hangs; action[2] > 0.5 kills the process."""
+    first entry is > 0.5 (terminated, success). Action[0] < -0.5 raises in step; action[1] > 0.5 hangs;
+    action[2] > 0.5 kills the process."""
 
     obs_spec = {"state": ArraySpec((2,), "float32")}
     action_spec = ArraySpec((3,), "float32", -1.0, 1.0)
@@ -34,6 +35,8 @@ class CountingEnv:
             time.sleep(60)
         if action[2] > 0.5:
             os._exit(1)
+        if action[0] < -0.5:
+            raise ValueError("simulator blew up")
         self.t += 1
         success = bool(action[0] > 0.5)
         return self._obs(), float(self.t), success, self.t >= self.horizon and not success, {"success": success, "t": self.t}

@@ -87,6 +87,14 @@ def test_killed_worker_is_replaced_and_episode_truncated(need_maniskill):
         assert res.info["worker_restarted"].tolist() == [False, True]
         assert "final_obs" in res.info
         assert env.restarts == 1 and env.worker_pids[1] != victim
+        # the replacement starts env 1's next seeded episode (seed 0 + 1 + B), as an uninterrupted env would
+        from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
+
+        single = ManiSkillSingleEnv(ManiSkillConfig(task="PushCube-v1", num_envs=1, max_episode_steps=50))
+        try:
+            np.testing.assert_array_equal(res.obs["state"][1], single.reset(seed=0 + 1 + 2)["state"])
+        finally:
+            single.close()
         for _ in range(3):  # the run goes on
             res = env.step(act)
             assert not res.info["worker_restarted"].any()

@@ -191,3 +191,97 @@ def test_mixed_single_and_batched_factories_are_refused():
 
     with pytest.raises(RoboRLError, match="all build single envs or all build batched"):
         SubprocVecEnv([CountingEnv, CountingBatchFactory(2)])
+
+
+@pytest.mark.parametrize("num_envs, num_tasks", [(16, 10), (10, 10), (20, 10), (8, 1), (3, 2)])
+def test_libero_envs_sharing_a_task_cover_its_init_states_without_repeats(num_envs, num_tasks):
+    """Over episodes k, the envs of one task take consecutive init states, never the same one twice
+    (before: env i took seed + i + kB, so with 10 tasks and 16 envs a task saw 1 residue of 16)."""
+    from sims.libero.env import init_state_index
+
+    for base in (0, 7, 1000):
+        for task in range(num_tasks):
+            envs = range(task, num_envs, num_tasks)
+            seen = [init_state_index(base + i + k * num_envs, i, num_envs, num_tasks) for k in range(25) for i in envs]
+            assert len(set(seen)) == len(seen)
+            lo = min(seen)
+            assert sorted(seen) == list(range(lo, lo + len(seen)))  # consecutive: all 50 states get used
+    # one task: exactly the old seed + i + kB
+    assert [init_state_index(5 + 1 + 2 * k, 1, 2, 1) for k in range(3)] == [6, 8, 10]
+
+
+def test_a_crash_keeps_the_results_its_sibling_envs_already_produced():
+    """Worker 1 hosts envs 2 and 3; in one step env 2 succeeds (its step finished) and env 3 kills the
+    worker. Env 2 keeps its success, reward, termination and real final obs; env 3's episode is cut."""
+    env = SubprocVecEnv([CountingEnv] * 4, envs_per_worker=2, step_timeout=3.0)
+    try:
+        env.reset(seed=0)
+        for _ in range(2):
+            env.step(np.zeros((4, 3), np.float32))
+        act = np.zeros((4, 3), np.float32)
+        act[2, 0] = 1.0  # success
+        act[3, 2] = 1.0  # crash
+        res = env.step(act)
+        assert res.info["worker_restarted"].tolist() == [False, False, True, True]
+        assert res.terminated.tolist() == [False, False, True, False]
+        assert res.truncated.tolist() == [False, False, False, True]
+        assert res.info["success"].tolist() == [False, False, True, False]
+        assert res.reward.tolist() == [3.0, 3.0, 3.0, 0.0]
+        np.testing.assert_array_equal(res.info["final_obs"]["state"][2:, 0], [3, 2])  # env 2's real last obs
+    finally:
+        env.close()
+
+
+def test_replaced_workers_continue_each_envs_seed_sequence():
+    """Env i of B runs episodes seeded seed + i + kB; a worker replaced mid-episode starts the next
+    one with the next seed of that sequence (not unseeded), after a step crash or a death between resets."""
+    env = SubprocVecEnv([CountingEnv, CountingEnv], step_timeout=3.0)
+    try:
+        env.reset(seed=10)
+        act = np.zeros((2, 3), np.float32)
+        act[0, 2] = 1.0
+        res = env.step(act)
+        assert res.info["worker_restarted"].tolist() == [True, False]
+        np.testing.assert_array_equal(res.obs["state"][:, 1], [12, 11])  # env 0: 10 -> 12; env 1 untouched
+        for _ in range(4):
+            res = env.step(np.zeros((2, 3), np.float32))  # env 0's episode (seed 12) ends by time limit
+        act[0, 2] = 1.0
+        res = env.step(act)  # crash in the episode seeded 14: the new one is 16
+        np.testing.assert_array_equal(res.obs["state"][0, 1], 16)
+        import os
+        import signal
+
+        os.kill(env.worker_pids()[1], signal.SIGKILL)  # dies between episodes
+        obs, _ = env.reset(seed=50)
+        np.testing.assert_array_equal(obs["state"][:, 1], [50, 51])
+        assert env.restarts == 3
+    finally:
+        env.close()
+
+
+def test_an_env_that_raises_is_replaced_and_a_repeating_error_ends_cleanly():
+    from robo_rl.errors import RoboRLError
+
+    env = SubprocVecEnv([CountingEnv, CountingEnv], step_timeout=3.0)
+    try:
+        env.reset(seed=0)
+        env.step(np.zeros((2, 3), np.float32))
+        act = np.zeros((2, 3), np.float32)
+        act[1, 0] = -1.0  # env 1 raises
+        res = env.step(act)
+        assert res.info["worker_restarted"].tolist() == [False, True] and res.truncated.tolist() == [False, True]
+        np.testing.assert_array_equal(res.obs["state"][:, 0], [2, 0])
+        env.step(act)
+        with pytest.raises(RoboRLError, match="env worker 1: ValueError: simulator blew up .3 times in a row"):
+            env.step(act)
+        res = env.step(np.zeros((2, 3), np.float32))  # still in step: env 0 continues its episode
+        assert res.info["t"][0] == 1 and env.restarts == 2  # (env 0 ended by time limit at step 4)
+        os_pids = env.worker_pids()
+        import os
+        import signal
+
+        os.kill(os_pids[0], signal.SIGKILL)
+        with pytest.raises(RoboRLError, match="env worker 0 died or hung while rendering"):
+            env.render()
+    finally:
+        env.close()
