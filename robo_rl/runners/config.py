@@ -66,7 +66,9 @@ class RunConfig:
     freeze_obs_stats: bool = False
     """Keep the policy's input statistics (running state normalization) as loaded instead of updating them
     with rollout observations. For fine-tuning from ``init_from``: the SFT'd weights were fit to those
-    statistics, and rollout states (failures run to the time limit) can rescale some dimensions many-fold."""
+    statistics, and rollout states (failures run to the time limit) can rescale some dimensions many-fold.
+    Off by default: a state MLP fine-tuned from a few-demo BC student needs the statistics to widen
+    (README: PushCube from the 5-demo student, 0.97/0.75 running vs 0.33/0.26 frozen)."""
 
     def __post_init__(self) -> None:
         if self.total_env_steps < 1:
