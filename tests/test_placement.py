@@ -81,3 +81,35 @@ def test_maniskill_render_backends_follow_the_placement(monkeypatch):
     # two envs per worker: a worker's envs share its device
     assert render_backends(ManiSkillConfig(num_envs=5, envs_per_worker=2)) == ["gpu:0", "gpu:0", "gpu:1", "gpu:1", "gpu:0"]
     assert render_backends(ManiSkillConfig(num_envs=2, render_device=1)) == ["gpu:1", "gpu:1"]
+
+
+def test_cluster_requests_must_fit_on_single_nodes():
+    """Totals can suffice while no node holds one actor (2 CPUs asked, two 1-CPU nodes): Ray would
+    leave it pending forever, so the check fails first, naming the nodes."""
+    from types import SimpleNamespace
+
+    from robo_rl.distributed.cluster import ClusterError, check_resources, pack
+
+    class FakeRay:
+        def __init__(self, nodes):
+            self._nodes = nodes
+
+        def cluster_resources(self):
+            return {"CPU": sum(c for c, _ in self._nodes), "GPU": sum(g for _, g in self._nodes)}
+
+        def nodes(self):
+            return [{"Alive": True, "Resources": {"CPU": c, "GPU": g}} for c, g in self._nodes] + \
+                [{"Alive": False, "Resources": {"CPU": 64.0}}]
+
+    cc = SimpleNamespace(num_workers=1, cpus_per_worker=2.0, gpus_per_worker=0.0, num_learners=0,
+                         cpus_per_learner=1.0, gpus_per_learner=0.0)
+    with pytest.raises(ClusterError, match=r"do not fit on the nodes \(1 CPU, 0 GPU\), \(1 CPU, 0 GPU\)"):
+        check_resources(FakeRay([(1.0, 0.0), (1.0, 0.0)]), cc)
+    check_resources(FakeRay([(2.0, 0.0), (1.0, 0.0)]), cc)
+    gpu = SimpleNamespace(num_workers=2, cpus_per_worker=1.0, gpus_per_worker=0.5, num_learners=2,
+                          cpus_per_learner=1.0, gpus_per_learner=1.0)
+    check_resources(FakeRay([(4.0, 2.0), (4.0, 1.0)]), gpu)  # learners take whole GPUs, workers the halves left
+    with pytest.raises(ClusterError, match="need 4 CPUs and 3 GPUs; the cluster has 4 CPUs and 2 GPUs"):
+        check_resources(FakeRay([(2.0, 1.0), (2.0, 1.0)]), gpu)
+    assert pack([(1.0, 1.0)] * 2 + [(1.0, 0.5)] * 2, [(2.0, 1.5), (2.0, 1.5)])  # 1 + 0.5 GPU per node
+    assert not pack([(1.0, 1.0)] * 3, [(2.0, 1.5), (2.0, 1.5)])

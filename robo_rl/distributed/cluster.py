@@ -84,14 +84,38 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
 
 def check_resources(ray: Any, cc: Any) -> None:
     """Fail before any actor starts if the cluster cannot host the rollout workers and learners of
-    ``cc`` (a ``ClusterConfig``)."""
+    ``cc`` (a ``ClusterConfig``): in total, and packed onto its alive nodes (an actor needs its
+    CPUs and GPUs on one node; Ray would leave one that fits nowhere pending forever)."""
     have = ray.cluster_resources()
     need_cpu = cc.num_workers * cc.cpus_per_worker + cc.num_learners * cc.cpus_per_learner
     need_gpu = cc.num_workers * cc.gpus_per_worker + cc.num_learners * cc.gpus_per_learner
+    asked = f"cluster.num_workers={cc.num_workers} workers x ({cc.cpus_per_worker:g} CPU, {cc.gpus_per_worker:g} GPU)"
+    if cc.num_learners:
+        asked += f" + cluster.num_learners={cc.num_learners} learners x ({cc.cpus_per_learner:g} CPU, {cc.gpus_per_learner:g} GPU)"
     if need_cpu > have.get("CPU", 0.0) + 1e-9 or need_gpu > have.get("GPU", 0.0) + 1e-9:
-        asked = f"cluster.num_workers={cc.num_workers} workers x ({cc.cpus_per_worker:g} CPU, {cc.gpus_per_worker:g} GPU)"
-        if cc.num_learners:
-            asked += f" + cluster.num_learners={cc.num_learners} learners x ({cc.cpus_per_learner:g} CPU, {cc.gpus_per_learner:g} GPU)"
         raise ClusterError(f"{asked} need {need_cpu:g} CPUs and {need_gpu:g} GPUs; the cluster has "
                            f"{have.get('CPU', 0.0):g} CPUs and {have.get('GPU', 0.0):g} GPUs: lower the counts or "
                            "the per-actor reservations, or add nodes")
+    nodes = [(float(n.get("Resources", {}).get("CPU", 0.0)), float(n.get("Resources", {}).get("GPU", 0.0)))
+             for n in ray.nodes() if n.get("Alive", True)]
+    actors = [(cc.cpus_per_worker, cc.gpus_per_worker)] * cc.num_workers + \
+        [(cc.cpus_per_learner, cc.gpus_per_learner)] * cc.num_learners
+    if nodes and not pack(actors, nodes):
+        per_node = ", ".join(f"({c:g} CPU, {g:g} GPU)" for c, g in nodes)
+        raise ClusterError(f"{asked} do not fit on the nodes {per_node}: each actor needs its CPUs and GPUs on "
+                           "one node; lower the per-actor reservations or add larger nodes")
+
+
+def pack(actors: list[tuple[float, float]], nodes: list[tuple[float, float]]) -> bool:
+    """Whether ``actors`` (cpu, gpu) fit on ``nodes`` (cpu, gpu) free capacity: first-fit decreasing,
+    GPU actors first (exact for the uniform actor sizes a config asks for)."""
+    free = [list(n) for n in nodes]
+    for cpu, gpu in sorted(actors, key=lambda a: (a[1], a[0]), reverse=True):
+        for n in free:
+            if n[0] + 1e-9 >= cpu and n[1] + 1e-9 >= gpu:
+                n[0] -= cpu
+                n[1] -= gpu
+                break
+        else:
+            return False
+    return True

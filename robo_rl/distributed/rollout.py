@@ -27,6 +27,9 @@ from robo_rl.rollout.stats import EpisodeStats
 
 log = logging.getLogger(__name__)
 
+REPLACE_TIMEOUT_S = 300.0
+"""Seconds a replaced rollout worker may take to start (build its envs) and take the weights."""
+
 
 def split_envs(num_envs: int, workers: int) -> list[int]:
     """Envs per worker, as even as possible (the first ones take the remainder)."""
@@ -214,7 +217,15 @@ class RayRollouts:
             calls.append(self.workers[k].set_weights.remote(self._weights))
         if self.reward_scaler is not None and self.reward_scaler.states is not None:
             calls.append(self.workers[k].load_scaler_state.remote(self.reward_scaler.states[k]))
-        self.ray.get(calls)
+        from ray.exceptions import GetTimeoutError
+
+        try:  # a replacement that fits on no node (its node is gone) would stay pending forever
+            self.ray.get(calls, timeout=REPLACE_TIMEOUT_S)
+        except GetTimeoutError:
+            raise ClusterError(f"the replacement for rollout worker {k} did not start within {REPLACE_TIMEOUT_S:.0f} s: "
+                               f"no node has {self.cfg.cluster.cpus_per_worker:g} CPU / "
+                               f"{self.cfg.cluster.gpus_per_worker:g} GPU free (was a node lost?); add a node and "
+                               "resume with 'robo-rl train --resume RUN_DIR'") from None
 
     def _get(self, refs: list[Any], method: str) -> list[Any]:
         """ray.get each worker's result; a lost worker is replaced and asked again."""
