@@ -140,8 +140,14 @@ class IsaacGymVecEnv:
         return {"state": _np(self.task.observe(self.gym, self.sim)).astype(np.float32)}, {}
 
     def step(self, actions: np.ndarray) -> StepResult:
+        """``actions`` (B, A), or chunks (B, H, A) with the VecEnv contract's semantics: every env runs
+        its chunk's steps and stops counting at its episode's end (``reward`` summed over the executed
+        steps, ``success`` if any step succeeded, ``info["chunk_steps"]``); finished envs reset after
+        the chunk (the batched sim steps all envs together)."""
         import torch
 
+        if np.ndim(actions) == 3:
+            return self._step_chunk(np.asarray(actions, np.float32))
         act = torch.as_tensor(np.asarray(actions, np.float32), device=self.device).clamp(-1.0, 1.0)
         if tuple(act.shape) != (self.num_envs, self.task.num_actions):
             raise ConfigError(f"step() got actions of shape {tuple(act.shape)}; expected {(self.num_envs, self.task.num_actions)}")
@@ -162,6 +168,47 @@ class IsaacGymVecEnv:
             obs[ids] = self.task.observe(self.gym, self.sim)[ids]
         return StepResult({"state": _np(obs).astype(np.float32)}, _np(reward).astype(np.float32),
                           _np(terminated).astype(bool), _np(truncated).astype(bool), info)
+
+    def _step_chunk(self, chunks: np.ndarray) -> StepResult:
+        import torch
+
+        b, h = chunks.shape[:2]
+        if (b, *chunks.shape[2:]) != (self.num_envs, self.task.num_actions) or h < 1:
+            raise ConfigError(f"step() got action chunks of shape {chunks.shape}; expected "
+                              f"({self.num_envs}, H, {self.task.num_actions}) with H >= 1")
+        reward = np.zeros(b, np.float64)
+        steps = np.zeros(b, np.int64)
+        term, trunc, success, done = (np.zeros(b, bool) for _ in range(4))
+        final: np.ndarray | None = None
+        for k in range(h):
+            act = torch.as_tensor(chunks[:, k], device=self.device).clamp(-1.0, 1.0)
+            self.task.apply_actions(self.gym, self.sim, act)
+            self._step_physics()
+            self.elapsed += 1
+            obs, r, te, ok = self.task.compute(self.gym, self.sim)
+            live = ~done
+            te_np = _np(te).astype(bool)
+            tr_np = (_np(self.elapsed) >= self.task.max_episode_steps) & ~te_np
+            reward[live] += _np(r).astype(np.float64)[live]
+            steps[live] += 1
+            success[live] |= _np(ok).astype(bool)[live]
+            ended = live & (te_np | tr_np)
+            term[ended], trunc[ended] = te_np[ended], tr_np[ended]
+            if ended.any():
+                final = _np(obs).astype(np.float32).copy() if final is None else final
+                final[ended] = _np(obs).astype(np.float32)[ended]
+            done |= ended
+            if done.all():
+                break
+        info: dict[str, Any] = {"success": success, "chunk_steps": steps}
+        obs = obs.clone()
+        if done.any():
+            info["final_obs"] = {"state": final}
+            ids = torch.as_tensor(np.flatnonzero(done), device=self.device)
+            self.task.reset_envs(self.gym, self.sim, ids, None)
+            self.elapsed[ids] = 0
+            obs[ids] = self.task.observe(self.gym, self.sim)[ids]
+        return StepResult({"state": _np(obs).astype(np.float32)}, reward.astype(np.float32), term, trunc, info)
 
     def render(self) -> np.ndarray | None:
         return None

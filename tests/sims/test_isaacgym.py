@@ -88,3 +88,28 @@ def test_batching_time_limit_and_partial_reset(monkeypatch):
         env.step(np.zeros((2, 1), np.float32))
     env.close()
     assert fake.CALLS[-1] == "destroy_sim"
+
+
+def test_action_chunks_follow_the_vecenv_contract(monkeypatch):
+    """(B, H, A) chunks: each env stops counting at its episode's end (reward summed over the executed
+    steps, success if any step succeeded, chunk_steps), final obs at that step, resets after the chunk."""
+    pkg, gymapi = fake.make_module()
+    monkeypatch.setitem(sys.modules, "isaacgym", pkg)
+    monkeypatch.setitem(sys.modules, "isaacgym.gymapi", gymapi)
+    env = IsaacGymVecEnv(IsaacGymConfig(task="tests.fakes.isaacgym:CounterTask", num_envs=3))
+    env.reset(seed=0)
+    chunk = np.zeros((3, 4, 1), np.float32)
+    chunk[1, 1, 0] = 1.0  # env 1 succeeds on its 2nd step; envs 0 and 2 hit the 3-step limit
+    res = env.step(chunk)
+    assert res.info["chunk_steps"].tolist() == [3, 2, 3]
+    assert res.reward.tolist() == [6.0, 3.0, 6.0]  # CounterTask's reward is the step count: 1+2+3, 1+2
+    assert res.terminated.tolist() == [False, True, False] and res.truncated.tolist() == [True, False, True]
+    assert res.info["success"].tolist() == [False, True, False]
+    np.testing.assert_array_equal(res.info["final_obs"]["state"][:, 0], [3, 2, 3])
+    np.testing.assert_array_equal(res.obs["state"][:, 0], [0, 0, 0])
+    assert env.task.resets[-1] == [0, 1, 2]
+    res = env.step(np.zeros((3, 2, 1), np.float32))  # a short chunk inside the episode
+    assert res.info["chunk_steps"].tolist() == [2, 2, 2] and "final_obs" not in res.info
+    with pytest.raises(ConfigError, match=r"expected \(3, H, 1\)"):
+        env.step(np.zeros((3, 2, 2), np.float32))
+    env.close()
