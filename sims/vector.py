@@ -150,14 +150,15 @@ def _step_one(env: SingleEnv, bufs: SharedArrays, i: int, chunk: np.ndarray | No
     done = bool(terminated or truncated)
     if done:
         final_rest = _write_obs(bufs, "final", i, obs)
-        obs = env.reset()
-    rest = _write_obs(bufs, "obs", i, obs)
     bufs["reward"][i] = reward
     bufs["terminated"][i] = terminated
     bufs["truncated"][i] = truncated
     bufs["success"][i] = bool(info.get("success", False))
     bufs["has_final"][i] = done
-    bufs["stepped"][i] = True
+    bufs["stepped"][i] = True  # the step's results are in (an auto-reset that raises below keeps them)
+    if done:
+        obs = env.reset()
+    rest = _write_obs(bufs, "obs", i, obs)
     extra = {k: v for k, v in info.items() if k != "success"}
     return (rest, final_rest, extra) if (rest or final_rest or extra) else None
 
@@ -598,12 +599,12 @@ class SubprocVecEnv:
                     rest[pos[i]], final_rest[pos[i]] = r or {}, fr or {}
                     for k, v in extra.items():
                         extras.setdefault(k, [None] * len(rows))[pos[i]] = v
-        if failure is not None:
-            raise RoboRLError(failure)
         for i in rows:
             self._last_rest[i] = rest[pos[i]]
             if bufs["has_final"][i] and not restarted[pos[i]] and self._episode_seed[i] is not None:
                 self._episode_seed[i] += self.num_envs  # the env's own reset took the next seed
+        if failure is not None:  # after the bookkeeping, so a caller that goes on stays consistent
+            raise RoboRLError(failure)
         full = len(rows) == self.num_envs
         idx = None if full else np.array(rows)
         sel = slice(None) if full else idx
@@ -620,16 +621,32 @@ class SubprocVecEnv:
 
     def render(self) -> np.ndarray:
         """(B, H, W, 3) frames, one per env."""
-        frames = []
-        try:
-            for w in range(len(self._rows)):
+        sent, frames, broken = [], {}, []
+        env_error: RoboRLError | None = None
+        for w in range(len(self._rows)):
+            try:
                 self._workers[w].conn.send(("render", None))
-            for w in range(len(self._rows)):
-                frames += list(self._recv(w, self.step_timeout))
-        except (EOFError, OSError, TimeoutError) as err:
-            raise RoboRLError(f"env worker {w} died or hung while rendering ({type(err).__name__}); "
-                              f"the next step() or reset() replaces it") from None
-        return np.stack(frames)
+                sent.append(w)
+            except (BrokenPipeError, OSError):
+                broken.append(w)
+        for w in sent:  # read every reply, so no frame is later taken for a step's reply
+            try:
+                frames[w] = list(self._recv(w, self.step_timeout))
+            except (EOFError, OSError, TimeoutError):
+                broken.append(w)
+            except _EnvError as err:
+                env_error = env_error or err
+        for w in broken:  # kill it: the next step() sees it gone and replaces it, ending its episodes
+            proc = self._workers[w].process
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+        if broken:
+            raise RoboRLError(f"env worker(s) {sorted(broken)} died or hung while rendering; the next step() or "
+                              "reset() replaces them")
+        if env_error is not None:
+            raise env_error
+        return np.stack([f for w in range(len(self._rows)) for f in frames[w]])
 
     def worker_pids(self) -> list[int]:
         """PID of the worker hosting each env (length B)."""

@@ -113,3 +113,4 @@ def test_cluster_requests_must_fit_on_single_nodes():
         check_resources(FakeRay([(2.0, 1.0), (2.0, 1.0)]), gpu)
     assert pack([(1.0, 1.0)] * 2 + [(1.0, 0.5)] * 2, [(2.0, 1.5), (2.0, 1.5)])  # 1 + 0.5 GPU per node
     assert not pack([(1.0, 1.0)] * 3, [(2.0, 1.5), (2.0, 1.5)])
+    assert pack([(1.0, 1.0)] + [(4.0, 0.0)] * 2, [(8.0, 1.0), (1.0, 1.0)])  # learner on the small GPU node

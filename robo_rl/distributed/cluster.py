@@ -107,15 +107,24 @@ def check_resources(ray: Any, cc: Any) -> None:
 
 
 def pack(actors: list[tuple[float, float]], nodes: list[tuple[float, float]]) -> bool:
-    """Whether ``actors`` (cpu, gpu) fit on ``nodes`` (cpu, gpu) free capacity: first-fit decreasing,
-    GPU actors first (exact for the uniform actor sizes a config asks for)."""
-    free = [list(n) for n in nodes]
-    for cpu, gpu in sorted(actors, key=lambda a: (a[1], a[0]), reverse=True):
-        for n in free:
-            if n[0] + 1e-9 >= cpu and n[1] + 1e-9 >= gpu:
-                n[0] -= cpu
-                n[1] -= gpu
+    """Whether ``actors`` (cpu, gpu) fit on ``nodes`` (cpu, gpu) free capacity. A config asks for at
+    most two actor sizes (workers, learners): each size order is tried, each actor going to the node
+    it fits most tightly (best fit), which finds a placement in the cases a config produces."""
+    sizes = list(dict.fromkeys(actors))
+    for order in (sizes, sizes[::-1]):
+        free = [list(n) for n in nodes]
+        ok = True
+        for size in order:
+            for _ in range(actors.count(size)):
+                fits = [n for n in free if n[0] + 1e-9 >= size[0] and n[1] + 1e-9 >= size[1]]
+                if not fits:
+                    ok = False
+                    break
+                n = min(fits, key=lambda n: (n[1] - size[1], n[0] - size[0]))
+                n[0] -= size[0]
+                n[1] -= size[1]
+            if not ok:
                 break
-        else:
-            return False
-    return True
+        if ok:
+            return True
+    return False

@@ -190,7 +190,7 @@ class LiberoSingleEnv:
         init = init_state_index(self._seq, self._env_index, self._stride, self._num_tasks)
         raw = self.env.set_init_state(self.init_states[init % len(self.init_states)])
         if self.cfg.variations.active:
-            self._apply_variations(init)
+            self._apply_variations(self._seq)  # the episode's own seed: unique per env and episode
             self.env._update_observables(force=True)
             raw = self.env.env._get_observations()
         self._seq += self._stride

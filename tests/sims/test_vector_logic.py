@@ -281,7 +281,11 @@ def test_an_env_that_raises_is_replaced_and_a_repeating_error_ends_cleanly():
         import signal
 
         os.kill(os_pids[0], signal.SIGKILL)
-        with pytest.raises(RoboRLError, match="env worker 0 died or hung while rendering"):
+        with pytest.raises(RoboRLError, match=r"env worker\(s\) \[0\] died or hung while rendering"):
             env.render()
+        res = env.step(np.zeros((2, 3), np.float32))  # worker 1's frame was read: no reply is left over
+        assert res.info["worker_restarted"].tolist() == [True, False] and res.info["t"][1] == 2
+        assert res.obs["state"][0, 1] == 4  # seeds 0 -> 2 (time limit inside the failing step) -> 4 (replaced)
+        assert env.render().shape[0] == 2
     finally:
         env.close()
