@@ -12,8 +12,8 @@ from robo_rl.contracts import ArraySpec
 
 class CountingEnv:
     """state = [episode step, seed]; episodes last ``horizon`` steps (truncated) unless the action's
-    first entry is > 0.5 (terminated, success). Action[0] < -0.5 raises in step; action[1] > 0.5 hangs;
-    action[2] > 0.5 kills the process."""
+    first entry is > 0.5 (terminated, success; > 1.5: and the auto-reset after it raises). Action[0] < -0.5
+    raises in step; action[1] > 0.5 hangs; action[2] > 0.5 kills the process."""
 
     obs_spec = {"state": ArraySpec((2,), "float32")}
     action_spec = ArraySpec((3,), "float32", -1.0, 1.0)
@@ -25,6 +25,8 @@ class CountingEnv:
         return {"state": np.array([self.t, self.seed], np.float32), "instruction": f"count to {self.horizon}"}
 
     def reset(self, seed: int | None = None) -> dict:
+        if getattr(self, "_reset_raises", False):
+            raise RuntimeError("reset failed")
         self.t = 0
         if seed is not None:
             self.seed = seed
@@ -39,6 +41,7 @@ class CountingEnv:
             raise ValueError("simulator blew up")
         self.t += 1
         success = bool(action[0] > 0.5)
+        self._reset_raises = bool(action[0] > 1.5)
         return self._obs(), float(self.t), success, self.t >= self.horizon and not success, {"success": success, "t": self.t}
 
     def render(self) -> np.ndarray:

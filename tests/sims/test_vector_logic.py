@@ -228,6 +228,12 @@ def test_a_crash_keeps_the_results_its_sibling_envs_already_produced():
         assert res.info["success"].tolist() == [False, False, True, False]
         assert res.reward.tolist() == [3.0, 3.0, 3.0, 0.0]
         np.testing.assert_array_equal(res.info["final_obs"]["state"][2:, 0], [3, 2])  # env 2's real last obs
+        act = np.zeros((4, 3), np.float32)
+        act[0, 0] = 2.0  # env 0 succeeds, then its auto-reset raises: the success still counts
+        res = env.step(act)
+        assert res.info["worker_restarted"].tolist() == [True, True, False, False]
+        assert res.terminated[0] and res.info["success"][0] and res.reward[0] == 4.0
+        assert res.truncated[1] and not res.info["success"][1]  # env 1 (same worker) was cut there
     finally:
         env.close()
 
