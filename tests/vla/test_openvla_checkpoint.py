@@ -127,6 +127,56 @@ def test_official_layout_loads_and_round_trips_through_our_format(tmp_path):
     assert torch.all(acts[:, :6].abs() <= 0.5 + 1e-6) and torch.all(acts[:, 6].abs() <= 1.0)
 
 
+def _timm_forward(raw: dict[str, torch.Tensor], prefix: str, x: torch.Tensor, d: int, layers: int, heads: int,
+                  dino: bool) -> torch.Tensor:
+    """timm's VisionTransformer on the checkpoint's own tensors (pre-norm blocks, fused qkv, exact GELU,
+    LayerScale for DINOv2, cls + 4 registers prepended after the position embedding), returning the
+    second-to-last block's patch tokens as OpenVLA's featurizer does."""
+    import torch.nn.functional as F
+
+    w = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
+    x = F.conv2d(x, w["patch_embed.proj.weight"], w["patch_embed.proj.bias"], stride=PATCH).flatten(2).transpose(1, 2)
+    x = x + w["pos_embed"]
+    if dino:
+        x = torch.cat([w["cls_token"].expand(len(x), -1, -1), w["reg_token"].expand(len(x), -1, -1), x], 1)
+    outs = []
+    for i in range(layers):
+        blk = {k[len(f"blocks.{i}."):]: v for k, v in w.items() if k.startswith(f"blocks.{i}.")}
+        h = F.layer_norm(x, (d,), blk["norm1.weight"], blk["norm1.bias"], 1e-6)
+        q, k, v = F.linear(h, blk["attn.qkv.weight"], blk["attn.qkv.bias"]).reshape(
+            len(x), -1, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(len(x), -1, d)
+        a = F.linear(a, blk["attn.proj.weight"], blk["attn.proj.bias"])
+        x = x + (a * blk["ls1.scale_factor"] if dino else a)
+        h = F.layer_norm(x, (d,), blk["norm2.weight"], blk["norm2.bias"], 1e-6)
+        h = F.linear(F.gelu(F.linear(h, blk["mlp.fc1.weight"], blk["mlp.fc1.bias"])), blk["mlp.fc2.weight"],
+                     blk["mlp.fc2.bias"])
+        x = x + (h * blk["ls2.scale_factor"] if dino else h)
+        outs.append(x)
+    return outs[-2][:, 5:] if dino else outs[-2]
+
+
+def test_vision_towers_compute_what_timm_computes_on_the_released_weights(tmp_path):
+    """The loaded DINOv2 + SigLIP towers against a timm-semantics forward over the raw checkpoint tensors
+    (catches key mapping, qkv order, LayerScale, prefix tokens and the activation, e.g. SigLIP's GELU
+    variant, which only shifts activations by ~1e-4 here)."""
+    from vla.openvla.checkpoint import read_state_dict
+
+    ckpt = write_official(tmp_path / "c")
+    raw = read_state_dict(ckpt)
+    model = load_pretrained(ckpt).model.eval()
+    vb = model.vision_backbone
+    px = torch.randn(2, 6, IMG, IMG, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = vb(px)
+        dino = _timm_forward(raw, "vision_backbone.featurizer.", px[:, :3], D1, L1,
+                             vb.featurizer.config.num_attention_heads, dino=True)
+        sig = _timm_forward(raw, "vision_backbone.fused_featurizer.", px[:, 3:], D2, L2,
+                            vb.fused_featurizer.config.num_attention_heads, dino=False)
+    torch.testing.assert_close(ours[..., :D1], dino, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ours[..., D1:], sig, atol=1e-6, rtol=0)
+
+
 def test_split_qkv_follows_timm_order(tmp_path):
     ckpt = write_official(tmp_path / "c")
     from vla.openvla.checkpoint import read_state_dict
