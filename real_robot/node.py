@@ -77,14 +77,17 @@ class PolicyNode:
         log.warning("rejected %s message: %s", kind, err)
 
     def _record(self, topic: str, raw: bytes) -> None:
-        """Write to the recording; a failing recorder (full disk) is counted, never stops control."""
         if self.recorder is not None:
-            try:
-                self.recorder.write(topic, raw, time.time_ns())
-            except Exception as err:
-                self.rejected["record_error"] += 1
-                if self.rejected["record_error"] == 1:
-                    log.error("recording failed (%s: %s); control goes on unrecorded", type(err).__name__, err)
+            self._recorder_call(self.recorder.write, topic, raw, time.time_ns())
+
+    def _recorder_call(self, method: Callable[..., None], *args: Any) -> None:
+        """Call a recorder method; a failing recorder (full disk) is counted, never stops control."""
+        try:
+            method(*args)
+        except Exception as err:
+            self.rejected["record_error"] += 1
+            if self.rejected["record_error"] == 1:
+                log.error("recording failed (%s: %s); control goes on unrecorded", type(err).__name__, err)
 
     def _on_image(self, i: int, raw: bytes, _t: float) -> None:
         cam = self.robot.cameras[i]
@@ -262,10 +265,7 @@ class PolicyNode:
         decision = self.safety(target, q, age)
         self._publish(decision.command)
         if self.recorder is not None and (decision.held or decision.interventions):
-            try:
-                self.recorder.intervention(decision.held, decision.interventions, time.time_ns())
-            except Exception:
-                self.rejected["record_error"] += 1
+            self._recorder_call(self.recorder.intervention, decision.held, decision.interventions, time.time_ns())
         return decision
 
     def safe_tick(self) -> Decision | None:
@@ -277,8 +277,8 @@ class PolicyNode:
             self.rejected["control_error"] += 1
             log.error("control tick raised %s: %s; holding", type(err).__name__, err)
             try:
-                measured = np.zeros(self.robot.command_dim) if self.safety.hold_zero or self._joints is None \
-                    else self._joints[0]
+                # (with hold_zero the hold is the zero command whatever is measured)
+                measured = self._joints[0] if self._joints is not None else np.zeros(self.robot.command_dim)
                 decision = self.safety.hold(measured, ["control_error"])
                 self._publish(decision.command)
                 return decision

@@ -417,23 +417,29 @@ class SubprocVecEnv:
             raise SimulatorUnavailable(msg[1])
         return msg[1]
 
-    def _restart(self, w: int, reason: str = "died or hung") -> list[dict[str, Any]]:
-        """Replace worker w and start new episodes in its envs, each with the next seed of its sequence
-        (seed + i + (k+1)*B after a seeded reset; unseeded otherwise); returns their non-array obs
-        entries (arrays land in shm)."""
+    def _kill(self, w: int) -> None:
+        """Stop worker w's process now (a hung one must not write rows while they are read)."""
+        old = self._workers[w]
+        if old is not None and old.process.is_alive():
+            old.process.kill()
+            old.process.join(timeout=5)
+
+    def _restart(self, w: int, reason: str = "died or hung", next_episode: bool = True) -> list[dict[str, Any]]:
+        """Replace worker w and start new episodes in its envs, seeded from each env's sequence: the next
+        seed (seed + i + (k+1)*B) after an interrupted episode, or the current one (``next_episode=False``,
+        a reset that had not reached the worker); unseeded without a seeded reset. Returns their
+        non-array obs entries (arrays land in shm)."""
         old = self._workers[w]
         if old is not None:
             old.conn.close()
-            if old.process.is_alive():
-                old.process.kill()
-            old.process.join(timeout=5)
+        self._kill(w)
         self.restarts += 1
         log.warning("env worker %d %s; replaced it (restart #%d)", w, reason, self.restarts)
         self._await_start(w, self._spawn(w))
         self._attach(w)
         seeds = []
         for i in self._rows[w]:
-            if self._episode_seed[i] is not None:
+            if self._episode_seed[i] is not None and next_episode:
                 self._episode_seed[i] += self.num_envs  # the interrupted episode is over
             seeds.append(self._episode_seed[i])
         self._workers[w].conn.send(("reset", seeds if all(s is not None for s in seeds) else [None] * len(seeds)))
@@ -456,27 +462,19 @@ class SubprocVecEnv:
         obs they reached). Rows that did not step end with their last good obs (reward 0, truncated).
         Then the worker is replaced and every row starts a new episode."""
         bufs = self._bufs
-        old = self._workers[w]
-        if old is not None and old.process.is_alive():  # a hung worker must not write rows while we read them
-            old.process.kill()
-            old.process.join(timeout=5)
+        self._kill(w)
         for i in self._rows[w]:
-            if bufs["stepped"][i]:
-                if not bufs["has_final"][i]:
-                    for k in self.obs_spec:
-                        bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
-                    bufs["truncated"][i] = True
-                    bufs["has_final"][i] = True
-                final_rest[pos[i]] = self._last_rest[i] if not final_rest[pos[i]] else final_rest[pos[i]]
-            else:
-                for k in self.obs_spec:
-                    bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
-                final_rest[pos[i]] = self._last_rest[i]
+            final_rest[pos[i]] = self._last_rest[i]  # the worker's reply (with the real one) is lost
+            if bufs["stepped"][i] and bufs["has_final"][i]:
+                continue  # the episode ended in this step: its results and final obs are in shm
+            for k in self.obs_spec:
+                bufs[f"final/{k}"][i] = bufs[f"obs/{k}"][i]
+            bufs["truncated"][i] = True
+            bufs["has_final"][i] = True
+            if not bufs["stepped"][i]:
                 bufs["reward"][i] = 0.0
                 bufs["terminated"][i] = False
-                bufs["truncated"][i] = True
                 bufs["success"][i] = False
-                bufs["has_final"][i] = True
         for i, r in zip(self._rows[w], self._restart(w, reason)):
             rest[pos[i]] = r or {}
             restarted[pos[i]] = True
@@ -514,10 +512,7 @@ class SubprocVecEnv:
                     raise EOFError
                 replies = self._recv(w, self.start_timeout)
             except (EOFError, OSError, TimeoutError):  # a worker that died between episodes: replace it
-                for i in rows:  # _restart advances each seed by B; this reset wants the given ones
-                    if self._episode_seed[i] is not None:
-                        self._episode_seed[i] -= self.num_envs
-                replies = self._restart(w)
+                replies = self._restart(w, next_episode=False)
             for i, r in zip(rows, replies):
                 rest[i] = r
         self._last_rest = rest
@@ -636,11 +631,8 @@ class SubprocVecEnv:
                 broken.append(w)
             except _EnvError as err:
                 env_error = env_error or err
-        for w in broken:  # kill it: the next step() sees it gone and replaces it, ending its episodes
-            proc = self._workers[w].process
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
+        for w in broken:  # the next step() sees it gone and replaces it, ending its episodes
+            self._kill(w)
         if broken:
             raise RoboRLError(f"env worker(s) {sorted(broken)} died or hung while rendering; the next step() or "
                               "reset() replaces them")

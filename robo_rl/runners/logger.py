@@ -29,15 +29,16 @@ def _steps(row: dict[str, str]) -> float:
 
 
 def _rewrite(path: Path, columns: tuple[str, ...], rows: list[dict[str, str]]) -> None:
-    """Replace ``path`` with ``rows`` (write to a temporary file, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Replace ``path`` with ``rows`` atomically (``robo_rl.checkpoint.atomic_write_text``)."""
+    import io
+
+    from robo_rl.checkpoint import atomic_write_text
+
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
 
 
 class MetricsLogger:
@@ -56,11 +57,10 @@ class MetricsLogger:
             with open(self.path, newline="") as fh:
                 reader = csv.DictReader(fh)
                 columns = tuple(reader.fieldnames or columns)
-                rows = list(reader)
-            if keep_until_step is not None:
-                kept = [r for r in rows if _steps(r) <= keep_until_step]
-                if len(kept) != len(rows):
-                    _rewrite(self.path, columns, kept)
+                rows = list(reader) if keep_until_step is not None else []
+            kept = [r for r in rows if keep_until_step is None or _steps(r) <= keep_until_step]
+            if len(kept) != len(rows):
+                _rewrite(self.path, columns, kept)
         self._fh = open(self.path, "a", newline="")
         self._writer = csv.DictWriter(self._fh, fieldnames=columns, extrasaction="ignore")
         if new:
