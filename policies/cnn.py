@@ -71,6 +71,8 @@ class CNNActorCritic(GaussianActorCritic):
             raise ConfigError(f"policy 'cnn' needs an 'rgb' observation (env.obs_mode=rgb); the env gives {sorted(obs_spec)}")
         self.cfg = cfg
         v, h, w, _ = obs_spec["rgb"].shape
+        if min(h, w) < 36:  # the three NatureCNN convolutions (8/4, 4/2, 3/1) need 36 px to leave one pixel
+            raise ConfigError(f"policy 'cnn' needs images of at least 36x36 px; the env gives {h}x{w}: set env.image_size >= 36")
         a = int(action_spec.shape[-1])
         self.encoder = CNNEncoder(v, (h, w), cfg.feature_dim)
         d = int(obs_spec["state"].shape[-1]) if cfg.use_state and "state" in obs_spec else 0

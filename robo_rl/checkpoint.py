@@ -48,15 +48,42 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],
          meta: dict[str, Any], keep: int = 3) -> Path:
-    """Save a checkpoint for env step ``step`` and point ``latest`` at it; keep the newest ``keep``."""
-    from safetensors.torch import save_file
-
+    """Save a checkpoint for env step ``step`` and point ``latest`` at it; keep it and the ``keep - 1``
+    highest steps below it."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step_{step:010d}"
     tmp = ckpt_root / f".step_{step:010d}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    try:
+        _write_checkpoint_dir(tmp, model_state, trainer_state, meta)
+    except BaseException:  # a failed write leaves no half-written copy of the weights behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old_copy = None
+    if final.exists():  # same step saved again: move the old copy aside, never delete it before the swap
+        old_copy = ckpt_root / f".step_{step:010d}.old-{os.getpid()}"
+        if old_copy.exists():
+            shutil.rmtree(old_copy)
+        os.replace(final, old_copy)
+    os.replace(tmp, final)
+    _fsync_dir(ckpt_root)
+    if old_copy is not None:
+        shutil.rmtree(old_copy, ignore_errors=True)
+    atomic_write_text(ckpt_root / "latest", final.name + "\n")
+    # Prune older steps only: the one just written always stays, and steps above it (left by a run
+    # that crashed before moving `latest` and was resumed from an earlier checkpoint) are not counted.
+    older = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir() and _step_of(p) is not None and _step_of(p) < step)
+    for p in older[:max(len(older) - (keep - 1), 0)] if keep > 0 else []:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def _write_checkpoint_dir(tmp: Path, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],
+                          meta: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
     tensors: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
     for k, v in model_state.items():  # tied weights (e.g. LM head = embedding) share storage: copy repeats
@@ -71,21 +98,19 @@ def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], train
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     _fsync_dir(tmp)
-    old_copy = None
-    if final.exists():  # same step saved again: move the old copy aside, never delete it before the swap
-        old_copy = ckpt_root / f".step_{step:010d}.old-{os.getpid()}"
-        if old_copy.exists():
-            shutil.rmtree(old_copy)
-        os.replace(final, old_copy)
-    os.replace(tmp, final)
-    _fsync_dir(ckpt_root)
-    if old_copy is not None:
-        shutil.rmtree(old_copy, ignore_errors=True)
-    atomic_write_text(ckpt_root / "latest", final.name + "\n")
-    old = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
-    for p in old[:-keep] if keep > 0 else []:
-        shutil.rmtree(p, ignore_errors=True)
-    return final
+
+
+def _step_of(p: Path) -> int | None:
+    tail = p.name[len("step_"):]
+    return int(tail) if tail.isdigit() else None
+
+
+def _restore_moved_aside(root: Path) -> None:
+    """A crash while re-saving a step can leave its old copy only at ``.step_N.old-PID``: put it back."""
+    for old in sorted(root.glob(".step_*.old-*")):
+        final = root / old.name[1:].rsplit(".old-", 1)[0]
+        if old.is_dir() and (old / "meta.json").is_file() and not final.exists():
+            os.replace(old, final)
 
 
 def resolve(path: str | Path) -> Path:
@@ -96,10 +121,15 @@ def resolve(path: str | Path) -> Path:
     if (p / "meta.json").is_file():
         return p
     root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    if root.is_dir():
+        _restore_moved_aside(root)
     latest = root / "latest"
     if latest.is_file():
-        cand = root / latest.read_text().strip()
-        if (cand / "meta.json").is_file():
+        try:
+            cand = root / latest.read_text().strip()
+        except (OSError, ValueError):  # unreadable pointer: fall back to the highest step
+            cand = None
+        if cand is not None and (cand / "meta.json").is_file():
             return cand
     cands = sorted(c for c in root.glob("step_*") if (c / "meta.json").is_file())
     if not cands:
@@ -110,12 +140,15 @@ def resolve(path: str | Path) -> Path:
 def read_meta(ckpt: Path) -> dict[str, Any]:
     try:
         meta = json.loads((ckpt / "meta.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint '{ckpt}' has an unreadable meta.json ({err}); it is corrupt") from None
+    except (OSError, ValueError) as err:  # ValueError: bad JSON or bytes that are not UTF-8
+        raise CheckpointError(f"checkpoint '{ckpt}' has an unreadable meta.json ({str(err).splitlines()[0]}); it is corrupt") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"'{ckpt}' is not a robo-rl checkpoint (meta.json format is {meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT!r})")
     if meta.get("version") != VERSION:
         raise CheckpointError(f"checkpoint '{ckpt}' has format version {meta.get('version')}, this robo-rl reads version {VERSION}")
+    missing = [k for k in ("config", "obs_spec", "action_spec") if not isinstance(meta.get(k), dict)]
+    if missing:
+        raise CheckpointError(f"checkpoint '{ckpt}' meta.json lacks {', '.join(missing)} (each a JSON object, as robo-rl writes them); it is incomplete")
     return meta
 
 

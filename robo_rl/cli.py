@@ -275,10 +275,17 @@ def cmd_demos(args: argparse.Namespace) -> int:
             os.environ.setdefault("MUJOCO_GL", "osmesa")
             os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
             suite, _, idx = args.task.partition("/")
-            eps = []
-            for ep in libero_generate(suite, int(idx or 0), args.episodes, seed=args.seed, image_size=args.image_size):
-                on_episode(ep, True)
-                eps.append(ep)
+            if idx and not idx.isdigit():
+                raise RoboRLError(f"--task {args.task!r}: expected SUITE/INDEX with an integer index, e.g. libero_object/0")
+            maniskill_only = {"--workers": (args.workers, 1), "--expert": (args.expert, "planner"),
+                              "--noise": (args.noise, 0.0), "--max-steps": (args.max_steps, 50),
+                              "--robot": (args.robot, None)}
+            given = [flag for flag, (value, default) in maniskill_only.items() if value != default]
+            if given:
+                raise RoboRLError(f"{', '.join(given)} apply to --sim maniskill only; LIBERO demos are the scripted "
+                                  "expert's rgb + state episodes in one process: drop them")
+            eps = list(libero_generate(suite, int(idx or 0), args.episodes, seed=args.seed, image_size=args.image_size,
+                                       only_success=args.only_success, on_episode=on_episode))
             meta = {"env": "libero", "task": args.task, "control_mode": "OSC_POSE delta + gripper", "obs_mode": "rgb",
                     "source": "scripted pick-and-place expert (privileged object poses)"}
         else:
@@ -294,6 +301,9 @@ def cmd_demos(args: argparse.Namespace) -> int:
             if args.robot:
                 meta["robot_uids"] = args.robot
     meta.update(seed=args.seed, attempts=attempts[0], expert_success_rate=successes[0] / max(1, attempts[0]))
+    if not eps:
+        raise RoboRLError(f"the expert succeeded in none of {attempts[0]} attempts on {args.task}, so --only-success "
+                          "kept nothing and no file was written; try other --seed values or drop --only-success")
     try:
         path = write_episodes(args.out, eps, meta)
     except OSError as err:

@@ -76,3 +76,31 @@ def test_bootstrap_on_terminated_treats_success_like_truncation():
 
     assert run(False) == 1.0  # terminal: no bootstrap
     assert run(True) == 1.0 + 0.5 * 4.0  # bootstrapped from V(final_obs), not from the next episode's 9.0
+
+
+def test_episode_stats_count_env_steps_of_action_chunks():
+    """With chunks the episode length is in env steps (what env_steps counts), not policy decisions."""
+    import numpy as np
+
+    from robo_rl.rollout.stats import EpisodeStats
+
+    s = EpisodeStats(2)
+    for k in range(4):
+        done = np.array([k == 3, k == 1])
+        s.update(np.ones(2), done, done, steps=np.array([5, 3 if k < 1 else 2]))
+    assert list(s.lengths) == [5, 20] and list(s.returns) == [2.0, 4.0]
+    s.update(np.ones(2), np.array([True, False]), np.zeros(2, bool))  # no chunks: one env step a row
+    assert list(s.lengths)[-1] == 1
+
+
+def test_cnn_refuses_images_too_small_for_its_convolutions():
+    import pytest
+
+    from policies.cnn import CNNActorCritic, CNNConfig
+    from robo_rl.contracts import ArraySpec
+    from robo_rl.errors import ConfigError
+
+    act = ArraySpec((4,), "float32", -1.0, 1.0)
+    with pytest.raises(ConfigError, match="at least 36x36 px; the env gives 32x32: set env.image_size >= 36"):
+        CNNActorCritic(CNNConfig(), {"rgb": ArraySpec((1, 32, 32, 3), "uint8")}, act)
+    CNNActorCritic(CNNConfig(), {"rgb": ArraySpec((1, 36, 36, 3), "uint8")}, act)

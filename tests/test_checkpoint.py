@@ -11,8 +11,9 @@ def _model(width=4):
     return torch.nn.Sequential(torch.nn.Linear(3, width), torch.nn.Linear(width, 2))
 
 
-def _save(root, step, model, **meta):
-    return ck.save(root, step, model.state_dict(), {"algo": {}, "x": step}, {"policy": "mlp", **meta}, keep=2)
+def _save(root, step, model, keep=2, **meta):
+    meta = {"policy": "mlp", "config": {}, "obs_spec": {"state": [3]}, "action_spec": {"shape": [2]}, **meta}
+    return ck.save(root, step, model.state_dict(), {"algo": {}, "x": step}, meta, keep=keep)
 
 
 def test_roundtrip_latest_and_retention(tmp_path):
@@ -73,6 +74,45 @@ def test_interrupted_save_leaves_previous_checkpoint(tmp_path, monkeypatch):
         _save(root, 2, _model())
     assert ck.resolve(tmp_path).name == "step_0000000001"
     ck.load_model_state(ck.resolve(tmp_path))
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_0000000001"]  # no half-written copy left
+
+
+def test_save_below_a_left_over_higher_step_keeps_the_new_one(tmp_path):
+    """A run that crashed after renaming step 300 into place but before moving `latest` resumes from
+    200; its next save (250) must survive pruning and be what the following resume loads."""
+    root = tmp_path / "checkpoints"
+    _save(root, 200, _model(), keep=1)
+    _save(root, 300, _model(), keep=1)
+    ck.atomic_write_text(root / "latest", "step_0000000200\n")  # the crash: `latest` never moved
+    _save(root, 250, _model(), keep=1)
+    assert ck.resolve(tmp_path).name == "step_0000000250"
+    assert ck.load_trainer_state(ck.resolve(tmp_path))["x"] == 250
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_0000000250", "step_0000000300"]
+    _save(root, 350, _model(), keep=2)
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_0000000300", "step_0000000350"]
+
+
+def test_crash_while_resaving_a_step_restores_the_moved_aside_copy(tmp_path):
+    root = tmp_path / "checkpoints"
+    c = _save(root, 100, _model())
+    c.rename(root / ".step_0000000100.old-12345")  # crashed between moving it aside and the swap
+    assert ck.resolve(tmp_path).name == "step_0000000100"
+    assert ck.load_trainer_state(ck.resolve(tmp_path))["x"] == 100
+
+
+def test_undecodable_pointer_and_meta_and_incomplete_meta(tmp_path):
+    root = tmp_path / "checkpoints"
+    c = _save(root, 5, _model())
+    (root / "latest").write_bytes(b"\x9c\xff\x00")
+    assert ck.resolve(tmp_path) == c  # unreadable pointer: the highest step
+    meta = json.loads((c / "meta.json").read_text())
+    (c / "meta.json").write_bytes(b"\x9c\xff")
+    with pytest.raises(CheckpointError, match="unreadable meta.json.*corrupt"):
+        ck.read_meta(c)
+    del meta["config"]
+    (c / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="lacks config"):
+        ck.read_meta(c)
 
 
 def test_wilson_interval():

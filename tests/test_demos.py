@@ -85,6 +85,11 @@ def test_official_libero_hdf5(tmp_path):
         del f["data/demo_1/obs/ee_pos"]
     with pytest.raises(DatasetError, match="demo_1 lacks 'ee_pos'"):
         list(read_libero_demos(tmp_path / "libero.hdf5"))
+    with h5py.File(tmp_path / "libero.hdf5", "a") as f:
+        del f["data/demo_0/rewards"]
+        f.create_dataset("data/demo_0/rewards", data=np.zeros(3, np.float32))
+    with pytest.raises(DatasetError, match=r"demo_0: rewards/dones must be \(5,\), got \(3,\)"):
+        next(read_libero_demos(tmp_path / "libero.hdf5"))
 
 
 @pytest.mark.maniskill
@@ -236,3 +241,80 @@ def test_scripted_ee_expert_records_clean_labels_that_replay(tmp_path, need_mani
     proc = run_cli("demos", "generate", "--task", "PickCube-v1", "--noise", "0.1", "--episodes", "1",
                    "--out", str(tmp_path / "bad.h5"))
     assert proc.returncode != 0 and "only the scripted experts take it" in proc.stderr
+
+
+def test_libero_only_success_drops_failed_attempts(monkeypatch):
+    """Logic only (fake env and expert): failed attempts are reported but not kept, and attempts go on
+    (3 x episodes at most) until enough succeed."""
+    import sims.libero.experts as ex
+
+    class FakeEnv:
+        class task:
+            instruction = "put it there"
+
+        def __init__(self, cfg, index):
+            self.seed = None
+
+        def reset(self, seed):
+            self.seed, self.t = seed, 0
+            return {"rgb": np.zeros((2, 4, 4, 3), np.uint8), "state": np.zeros(3, np.float32)}
+
+        def step(self, a):
+            self.t += 1
+            done = self.t == 2
+            obs = {"rgb": np.zeros((2, 4, 4, 3), np.uint8), "state": np.full(3, self.t, np.float32)}
+            return obs, 0.0, done and self.seed % 2 == 0, done, {"success": done and self.seed % 2 == 0}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(ex, "LiberoSingleEnv", FakeEnv)
+    monkeypatch.setattr(ex, "PickPlaceExpert", lambda env: type("E", (), {"act": lambda self, s: np.zeros(7, np.float32)})())
+    seen = []
+    eps = list(ex.generate("libero_object", 0, 2, seed=1, only_success=True, on_episode=lambda ep, k: seen.append((ep.seed, k))))
+    assert [e.seed for e in eps] == [2, 4] and all(e.succeeded for e in eps)
+    assert seen == [(1, False), (2, True), (3, False), (4, True)]
+    assert [e.seed for e in ex.generate("libero_object", 0, 2, seed=1)] == [1, 2]  # without the flag: all kept
+    assert [e.seed for e in ex.generate("libero_object", 0, 5, seed=1, only_success=True, max_attempts=3)] == [2]
+
+
+def test_libero_demos_bad_task_index_and_maniskill_flags_are_one_line_errors(tmp_path):
+    out = tmp_path / "x.h5"
+    proc = run_cli("demos", "generate", "--sim", "libero", "--task", "libero_object/first", "--out", str(out))
+    assert proc.returncode == 2 and "integer index, e.g. libero_object/0" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("demos", "generate", "--sim", "libero", "--task", "libero_object/0", "--workers", "4",
+                   "--noise", "0.1", "--out", str(out))
+    assert proc.returncode == 2 and "--workers, --noise apply to --sim maniskill only" in proc.stderr
+    assert not out.exists()
+
+
+def test_more_malformed_files_and_unwritable_episodes_are_one_line_errors(tmp_path):
+    path = write_episodes(tmp_path / "d.h5", [_episode(), _episode(seed=2)], {})
+    with h5py.File(path, "a") as f:  # a fixed-length bytes tag is still our format
+        f.attrs["format"] = np.bytes_(b"robo-rl-episodes")
+    assert len(list(load_episodes(path))) == 2
+    for attr, value in (("meta", json.dumps([1, 2])), ("meta", np.int64(3))):
+        with h5py.File(path, "a") as f:
+            f.attrs[attr] = value
+        with pytest.raises(DatasetError, match="no readable 'meta' attribute"):
+            read_meta(path)
+    path = write_episodes(tmp_path / "e.h5", [_episode(), _episode(seed=2)], {})
+    with h5py.File(path, "a") as f:
+        del f["episode_000001/actions"]
+        f.create_dataset("episode_000001/actions", data=np.zeros((4, 2), np.float32))
+    with pytest.raises(DatasetError, match=r"episode_000001: actions is \(2,\) per step but the first episode's is \(7,\)"):
+        list(load_episodes(path))
+    with h5py.File(path, "a") as f:
+        del f["episode_000000/obs"]
+        f.create_dataset("episode_000000/obs", data=np.zeros(3))
+    with pytest.raises(DatasetError, match="obs must be a group"):
+        list(load_episodes(path))
+    bad = _episode()
+    bad.obs["state"] = bad.obs["state"][:, 0]  # (T+1,) instead of (T+1, D)
+    with pytest.raises(DatasetError, match=r"episode 0 for .*obs/state must be \(T\+1, D\), got shape \(5,\)"):
+        write_episodes(tmp_path / "f.h5", [bad], {})
+    short = _episode()
+    short.obs["state"] = short.obs["state"][:-1]
+    with pytest.raises(DatasetError, match=r"obs/state has 4 steps, expected T\+1 = 5"):
+        write_episodes(tmp_path / "f.h5", [short], {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5", "e.h5"]  # nothing written, no temp file

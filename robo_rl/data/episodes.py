@@ -61,31 +61,70 @@ class Episode:
 
 
 def write_episodes(path: str | Path, episodes: list[Episode], meta: dict[str, Any]) -> Path:
-    """Write ``episodes`` to ``path`` (temp file + fsync + rename)."""
+    """Write ``episodes`` to ``path`` (temp file + fsync + rename). Every episode is checked as loading
+    checks it first, so a file is written only if it can be read back; a failed write leaves no temp file."""
     import h5py
 
+    from robo_rl.checkpoint import _fsync_dir
+
     path = Path(path)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for n, ep in enumerate(episodes):
+        _check_episode(ep.obs, ep.actions, ep.rewards, ep.success, f"episode {n} for '{path}'", shapes)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with h5py.File(tmp, "w") as f:
-        f.attrs["format"] = FORMAT
-        f.attrs["version"] = VERSION
-        f.attrs["meta"] = json.dumps({**meta, "num_episodes": len(episodes)})
-        for n, ep in enumerate(episodes):
-            g = f.create_group(f"episode_{n:06d}")
-            g.attrs["instruction"] = ep.instruction
-            g.attrs["seed"] = -1 if ep.seed is None else int(ep.seed)
-            g.attrs["success"] = ep.succeeded
-            for k, v in ep.obs.items():
-                big = v.dtype == np.uint8 and v.ndim >= 3
-                g.create_dataset(f"obs/{k}", data=v, compression="gzip" if big else None)
-            g.create_dataset("actions", data=ep.actions.astype(np.float32))
-            g.create_dataset("rewards", data=ep.rewards.astype(np.float32))
-            g.create_dataset("success", data=ep.success.astype(bool))
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["version"] = VERSION
+            f.attrs["meta"] = json.dumps({**meta, "num_episodes": len(episodes)})
+            for n, ep in enumerate(episodes):
+                g = f.create_group(f"episode_{n:06d}")
+                g.attrs["instruction"] = ep.instruction
+                g.attrs["seed"] = -1 if ep.seed is None else int(ep.seed)
+                g.attrs["success"] = ep.succeeded
+                for k, v in ep.obs.items():
+                    big = v.dtype == np.uint8 and v.ndim >= 3
+                    g.create_dataset(f"obs/{k}", data=v, compression="gzip" if big else None)
+                g.create_dataset("actions", data=ep.actions.astype(np.float32))
+                g.create_dataset("rewards", data=ep.rewards.astype(np.float32))
+                g.create_dataset("success", data=ep.success.astype(bool))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
     return path
+
+
+def _check_episode(obs: dict[str, np.ndarray], actions: np.ndarray, rewards: np.ndarray, success: np.ndarray,
+                   where: str, shapes: dict[str, tuple[int, ...]]) -> None:
+    """One episode's shapes: actions (T, A), obs/state (T+1, D), obs/rgb (T+1, V, H, W, 3), every obs
+    entry T+1 steps, rewards/success (T,); A and the obs shapes past the time axis equal those in
+    ``shapes`` (filled from the first episode checked)."""
+    if actions.ndim != 2:
+        raise DatasetError(f"{where}: actions must be (T, A), got shape {actions.shape}")
+    t = actions.shape[0]
+    if not obs:
+        raise DatasetError(f"{where}: obs has no entries; expected obs/state and/or obs/rgb")
+    ranks = {"state": 2, "rgb": 5}
+    for k, v in obs.items():
+        if v.ndim < 1 or (k in ranks and v.ndim != ranks[k]):
+            want = "(T+1, D)" if k == "state" else "(T+1, V, H, W, 3)" if k == "rgb" else "(T+1, ...)"
+            raise DatasetError(f"{where}: obs/{k} must be {want}, got shape {v.shape}")
+        if v.shape[0] != t + 1:
+            raise DatasetError(f"{where}: obs/{k} has {v.shape[0]} steps, expected T+1 = {t + 1}")
+    if rewards.shape != (t,) or success.shape != (t,):
+        raise DatasetError(f"{where}: rewards/success must be ({t},), got {rewards.shape} and {success.shape}")
+    mine = {"actions": actions.shape[1:], **{f"obs/{k}": v.shape[1:] for k, v in obs.items()}}
+    if not shapes:
+        shapes.update(mine)
+    elif mine != shapes:
+        bad = next(k for k in sorted(set(mine) | set(shapes)) if mine.get(k) != shapes.get(k))
+        raise DatasetError(f"{where}: {bad} is {mine.get(bad)} per step but the first episode's is {shapes.get(bad)}; "
+                           "one file holds one task's episodes with the same spaces")
 
 
 def _open(path: Path) -> Any:
@@ -106,33 +145,35 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 
 def _check_header(f: Any, path: Path) -> dict[str, Any]:
     fmt = f.attrs.get("format")
+    if isinstance(fmt, bytes | np.bytes_):
+        fmt = fmt.decode(errors="replace")
     if fmt != FORMAT:
         hint = " (official LIBERO demos: use robo_rl.data.libero_hdf5.read_libero_demos)" if "data" in f else ""
         raise DatasetError(f"'{path}' has format {fmt!r}, expected {FORMAT!r}{hint}")
     if f.attrs.get("version") != VERSION:
         raise DatasetError(f"'{path}' is version {f.attrs.get('version')}, this robo-rl reads version {VERSION}")
     try:
-        return json.loads(f.attrs["meta"])
-    except (KeyError, json.JSONDecodeError):
-        raise DatasetError(f"'{path}' has no readable 'meta' attribute") from None
+        meta = json.loads(f.attrs["meta"])
+    except (KeyError, TypeError, ValueError):  # ValueError: bad JSON or bytes that are not UTF-8
+        meta = None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"'{path}' has no readable 'meta' attribute (expected a JSON object)")
+    return meta
 
 
-def _episode(g: Any, name: str, path: Path) -> Episode:
+def _episode(g: Any, name: str, path: Path, shapes: dict[str, tuple[int, ...]]) -> Episode:
+    import h5py
+
     where = f"'{path}' {name}"
     for key in ("obs", "actions", "rewards", "success"):
         if key not in g:
             raise DatasetError(f"{where} lacks '{key}'")
+    if not isinstance(g["obs"], h5py.Group) or not all(isinstance(v, h5py.Dataset) for v in g["obs"].values()):
+        raise DatasetError(f"{where}: obs must be a group of datasets (obs/state, obs/rgb)")
     actions = np.asarray(g["actions"], np.float32)
-    if actions.ndim != 2:
-        raise DatasetError(f"{where}: actions must be (T, A), got shape {actions.shape}")
-    t = actions.shape[0]
     obs = {k: np.asarray(v) for k, v in g["obs"].items()}
-    for k, v in obs.items():
-        if v.shape[0] != t + 1:
-            raise DatasetError(f"{where}: obs/{k} has {v.shape[0]} steps, expected T+1 = {t + 1}")
     rewards, success = np.asarray(g["rewards"], np.float32), np.asarray(g["success"], bool)
-    if rewards.shape != (t,) or success.shape != (t,):
-        raise DatasetError(f"{where}: rewards/success must be ({t},), got {rewards.shape} and {success.shape}")
+    _check_episode(obs, actions, rewards, success, where, shapes)
     seed = int(g.attrs.get("seed", -1))
     return Episode(obs, actions, rewards, success, str(g.attrs.get("instruction", "")), None if seed < 0 else seed)
 
@@ -140,7 +181,8 @@ def _episode(g: Any, name: str, path: Path) -> Episode:
 def load_episodes(path: str | Path) -> Iterator[Episode]:
     """Yield the episodes of a robo-rl episodes file, validated."""
     path = Path(path)
+    shapes: dict[str, tuple[int, ...]] = {}
     with _open(path) as f:
         _check_header(f, path)
         for name in sorted(k for k in f if k.startswith("episode_")):
-            yield _episode(f[name], name, path)
+            yield _episode(f[name], name, path, shapes)

@@ -62,6 +62,8 @@ def read_libero_demos(path: str | Path) -> Iterator[Episode]:
                 raise DatasetError(f"{where}: actions must be (T, 7), got {actions.shape}")
             if rgb.shape[0] != t or state.shape[0] != t:
                 raise DatasetError(f"{where}: {rgb.shape[0]} image / {state.shape[0]} state steps for {t} actions")
+            if rewards.shape != (t,) or dones.shape != (t,):
+                raise DatasetError(f"{where}: rewards/dones must be ({t},), got {rewards.shape} and {dones.shape}")
             yield Episode({"rgb": np.ascontiguousarray(np.concatenate([rgb, rgb[-1:]])),
                            "state": np.concatenate([state, state[-1:]])},
                           actions, rewards, dones, instruction)

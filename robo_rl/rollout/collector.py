@@ -81,7 +81,7 @@ class Collector:
         """Store one vectorized step (all B rows); returns its env steps."""
         done = res.terminated | res.truncated
         reward = res.reward
-        self.stats.update(reward, done, res.info["success"])
+        self.stats.update(reward, done, res.info["success"], res.info.get("chunk_steps"))
         if self.reward_scaler is not None:
             reward = self.reward_scaler(reward, done)
         self.buffer.add(tobs, out.extras, out.log_prob, out.value, reward, res.terminated, res.truncated, final_v, done)

@@ -18,10 +18,11 @@ class EpisodeStats:
         self.successes: deque[float] = deque(maxlen=window)
         self.episodes = 0
 
-    def update(self, reward: np.ndarray, done: np.ndarray, success: np.ndarray) -> None:
-        """reward, done, success: (B,) of one vectorized step (success read at episode end)."""
+    def update(self, reward: np.ndarray, done: np.ndarray, success: np.ndarray, steps: np.ndarray | None = None) -> None:
+        """reward, done, success: (B,) of one vectorized step (success read at episode end); steps: (B,)
+        env steps each row executed (an action chunk's length; default 1), so lengths count env steps."""
         self.ret += reward
-        self.len += 1
+        self.len += 1 if steps is None else np.asarray(steps, np.int64)
         for i in np.flatnonzero(done):
             self.returns.append(float(self.ret[i]))
             self.lengths.append(int(self.len[i]))

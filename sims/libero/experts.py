@@ -8,7 +8,7 @@ target, lower, open, then waits for LIBERO's success predicate. Orientation is h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -77,11 +77,21 @@ class PickPlaceExpert:
         return a
 
 
-def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_size: int = 128) -> Iterator[Episode]:
-    """Yield scripted-expert episodes, init states seed, seed+1, ... (official LIBERO init states)."""
+def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_size: int = 128,
+             only_success: bool = False, max_attempts: int | None = None,
+             on_episode: Callable[[Episode, bool], None] | None = None) -> Iterator[Episode]:
+    """Yield scripted-expert episodes, init states seed, seed+1, ... (official LIBERO init states).
+
+    With ``only_success`` failed attempts are dropped (up to ``max_attempts`` seeds in all, default
+    3 x ``episodes``); ``on_episode(ep, kept)`` is called after every attempt (progress reporting).
+    """
+    limit = max_attempts or (episodes * 3 if only_success else episodes)
     env = LiberoSingleEnv(LiberoConfig(suite=suite, image_size=image_size), task_index)
+    kept = 0
     try:
-        for k in range(episodes):
+        for k in range(limit):
+            if kept >= episodes:
+                return
             obs = env.reset(seed=seed + k)
             expert = PickPlaceExpert(env)
             seq, actions, rewards, success = [obs], [], [], []
@@ -94,7 +104,13 @@ def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_si
                 rewards.append(r)
                 success.append(info["success"])
                 done = term or trunc
-            yield Episode({k2: np.stack([o[k2] for o in seq]) for k2 in ("rgb", "state")}, np.stack(actions),
-                          np.asarray(rewards, np.float32), np.asarray(success, bool), env.task.instruction, seed + k)
+            ep = Episode({k2: np.stack([o[k2] for o in seq]) for k2 in ("rgb", "state")}, np.stack(actions),
+                         np.asarray(rewards, np.float32), np.asarray(success, bool), env.task.instruction, seed + k)
+            keep = ep.succeeded or not only_success
+            if on_episode is not None:
+                on_episode(ep, keep)
+            if keep:
+                kept += 1
+                yield ep
     finally:
         env.close()
