@@ -128,4 +128,4 @@ def load_robot(path: str) -> RobotConfig:
     """Strictly parse a robot YAML (unknown keys are one-line errors naming them)."""
     from robo_rl.config import load
 
-    return load(RobotConfig, path, [])
+    return load(RobotConfig, path, [], example="configs/robots/panda_sim.yaml")

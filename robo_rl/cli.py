@@ -6,6 +6,7 @@ Every user error (config, checkpoint, CLI argument) ends as one line on stderr a
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import logging
 import sys
@@ -40,6 +41,13 @@ def cmd_train(args: argparse.Namespace) -> int:
                 raise RoboRLError(f"robo-rl train --resume takes the run's own config.yaml, not {args.config!r}; "
                                   f"pass only dotted overrides after it (e.g. algo.lr=1e-5)")
             overrides.insert(0, args.config)
+        if args.dry_run:  # check what the resume would run; nothing in the run directory is touched
+            from robo_rl.runners.dry_run import dry_run
+
+            if not Path(args.resume).is_dir():
+                raise RoboRLError(f"run directory '{args.resume}' does not exist; pass a directory created by 'robo-rl train'")
+            print(json.dumps(dry_run(train_mod.load_run_config(Path(args.resume), overrides)), indent=2))
+            return 0
         summary = train_mod.resume(Path(args.resume), overrides)
     else:
         if not args.config:
@@ -88,6 +96,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
                           f"env.variations.object_pose_jitter=0.05); got {', '.join(bad)}")
     if args.overrides and (args.benchmark or args.via_ros):
         raise ConfigError("eval overrides apply to the plain evaluation, not to --benchmark or --via-ros")
+    plain_only = [flag for flag, given in (("--stochastic", args.stochastic), ("--video", args.video),
+                                           ("--no-video", args.no_video)) if given]
+    if plain_only and args.benchmark:
+        raise ConfigError(f"{', '.join(plain_only)} apply to the plain evaluation; --benchmark evaluates greedy actions "
+                          "and records media with --media")
+    if args.video and not args.no_video:
+        from robo_rl.eval.plots import check_video_path
+
+        check_video_path(args.video)  # a bad name fails now, not after the episodes
     torch.set_num_threads(1)
     if args.benchmark:
         from robo_rl.eval.benchmark import evaluate_benchmark
@@ -140,8 +157,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         video = Path(args.video) if args.video else ckpt.parent.parent / f"eval_{ckpt.name}.mp4"
         try:
             out["video"] = str(save_video(res, video))
-        except OSError as err:
-            raise RoboRLError(f"cannot write video '{video}' ({err.strerror}); pass --video PATH in a writable place") from None
+        except (OSError, ValueError) as err:  # the results are kept: written to --out, printed, then the error
+            _emit_eval(out, args.out)
+            why = err.strerror if isinstance(err, OSError) else str(err).splitlines()[0]
+            raise RoboRLError(f"cannot write video '{video}' ({why}); the results above are complete; pass --video "
+                              "PATH.mp4 in a writable place") from None
     lo, hi = res.ci95
     print(f"success {res.success_rate:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) over {res.episodes} episodes", file=sys.stderr)
     _emit_eval(out, args.out)
@@ -207,12 +227,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _strengths(text: str) -> list[float]:
+    """``--strengths 0,0.5,1`` -> [0.0, 0.5, 1.0] (argparse turns the error into one usage line)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not 0 <= v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers >= 0, e.g. 0,0.5,1,2")
+    return values
+
+
 def cmd_curves(args: argparse.Namespace) -> int:
     """Seed groups of runs compared: binned mean/min/max of a metric, a band plot, the final evaluations."""
     from pathlib import Path
 
     from robo_rl.eval.plots import curve_groups
 
+    if args.bin < 1:
+        raise RoboRLError(f"--bin {args.bin} must be >= 1 (env steps per bin)")
     groups: dict[str, list[Path]] = {}
     finals: dict[str, list[float]] = {}
     for spec in args.group:
@@ -223,6 +256,11 @@ def cmd_curves(args: argparse.Namespace) -> int:
             csv_path = Path(d) / "metrics.csv"
             if not csv_path.is_file():
                 raise RoboRLError(f"--group {label}: '{d}' has no metrics.csv; pass run directories made by 'robo-rl train'")
+            with open(csv_path, newline="") as fh:
+                columns = next(csv.reader(fh), [])
+            if args.metric not in columns:
+                raise RoboRLError(f"--metric {args.metric!r} is not a column of '{csv_path}'; its columns: "
+                                  f"{', '.join(c for c in columns if c != 'env_steps')}")
             groups.setdefault(label, []).append(csv_path)
             summary = Path(d) / "summary.json"
             if summary.is_file():
@@ -408,7 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="evaluate a run or checkpoint (or a benchmark of it; or report benchmark results)")
     e.add_argument("checkpoint", nargs="?", help="run directory or checkpoints/step_* directory; with --benchmark also "
                    "'random' or 'expert' (reference policies: uniform actions, the simulator's scripted expert)")
-    e.add_argument("--task", help="with --benchmark and a reference policy: the ManiSkill task (default PickCube-v1)")
+    e.add_argument("--task", help="with --benchmark: the ManiSkill task of a reference policy (default PickCube-v1), or "
+                        "SUITE/INDEX (e.g. libero_object/3) for one task of a LIBERO suite")
     e.add_argument("--benchmark", help="named benchmark (libero-spatial, maniskill-vision, ...): results JSON to --out")
     e.add_argument("--out", help="results JSON: with --benchmark resumed if it holds finished blocks of the same "
                    "evaluation; otherwise the evaluation's JSON (what robo-rl compare reads)")
@@ -419,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--report-out", metavar="MD", help="report path (default: the first results file with .md)")
     e.add_argument("--episodes", type=int, default=50)
     e.add_argument("--num-envs", type=int, default=0, help="parallel envs (default: the run's)")
-    e.add_argument("--strengths", type=lambda v: [float(x) for x in v.split(",")], default=[1.0],
+    e.add_argument("--strengths", type=_strengths, default=[1.0],
                    help="with --benchmark: comma-separated multiples of the split's variations to sweep, e.g. 0,0.5,1,2")
     e.add_argument("--media", action="store_true", help="with --benchmark: thumbnails + video of a few episodes per task")
     e.add_argument("--block", type=int, default=10, help="with --benchmark: episodes per block (the unit of resumption)")

@@ -71,8 +71,14 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+        number = value
+        if isinstance(value, str):  # PyYAML reads 3e5 (no dot) as a string; take it if it is a whole number
+            try:
+                number = float(value)
+            except ValueError:
+                pass
+        if isinstance(number, float) and number.is_integer():
+            return int(number)
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -198,11 +204,12 @@ def _deep_copy(data: Any) -> Any:
     return data
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping with one-line errors for missing/invalid files."""
+def read_yaml(path: str | Path, example: str = "configs/quickstart.yaml") -> dict[str, Any]:
+    """Read a YAML mapping with one-line errors for missing/invalid files (``example``: a file of the kind
+    expected, named in the error)."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file '{p}' does not exist; pass a YAML file such as configs/quickstart.yaml")
+        raise ConfigError(f"config file '{p}' does not exist; pass a YAML file such as {example}")
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as err:
@@ -216,7 +223,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load(cls: type, path: str | Path | None = None, overrides: list[str] | None = None) -> Any:
-    """Load ``cls`` from an optional YAML file plus dotted overrides."""
-    data = read_yaml(path) if path is not None else {}
+def load(cls: type, path: str | Path | None = None, overrides: list[str] | None = None,
+         example: str = "configs/quickstart.yaml") -> Any:
+    """Load ``cls`` from an optional YAML file plus dotted overrides (``example``: see :func:`read_yaml`)."""
+    data = read_yaml(path, example) if path is not None else {}
     return from_dict(cls, apply_overrides(data, overrides or []))

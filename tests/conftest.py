@@ -44,3 +44,13 @@ def run_cli(*args: str, timeout: float = 600, cwd: Path | None = None, env: dict
     return subprocess.run([sys.executable, "-m", "robo_rl.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or REPO, env=full_env)
 
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes need_maniskill / need_libero carries the maniskill / libero marker, so that
+    ``-m "not maniskill and not libero"`` deselects every simulator test (tests that pick the backend
+    at run time mark themselves)."""
+    for item in items:
+        for sim in ("maniskill", "libero"):
+            if f"need_{sim}" in getattr(item, "fixturenames", ()):
+                item.add_marker(getattr(pytest.mark, sim))

@@ -121,3 +121,171 @@ def test_strength_sweep_media_and_the_comparison_report(need_maniskill, tmp_path
     assert "| expert success [95% CI] | random success [95% CI] |" in md and "Success expert - random (mean over tasks): +1.000 [+1.000, +1.000]" in md
     assert "e_strength.png" in md and "r.media/PickCube-v1_x2_env1_failure.png" in md
     assert (tmp_path / "e_strength.png").stat().st_size > 1000
+
+
+# --- resumption identity, output paths, simulator mismatches, LIBERO --task, the report's writes, video paths:
+# the benchmark logic on a fake simulator (no episodes run; what evaluate_policy would return is made up)
+
+
+@pytest.fixture
+def fake_sim(monkeypatch):
+    """build_env / evaluate_policy replaced by fakes; returns the (env task, seed, episodes) of every block run."""
+    from types import SimpleNamespace
+
+    import robo_rl.eval.benchmark as bm
+    import robo_rl.runners.build as build
+    import robo_rl.runners.evaluate as ev
+    from robo_rl.contracts import ArraySpec
+
+    calls = []
+
+    class Env:
+        def __init__(self, cfg):
+            self.cfg, self.action_spec = cfg, ArraySpec((2,), "float32", -1.0, 1.0)
+
+        def close(self):
+            pass
+
+    def evaluate_policy(env, policy, n, seed, deterministic):
+        calls.append((getattr(env.cfg, "task", None) or env.cfg.task_ids, seed, n))
+        return SimpleNamespace(episodes=n, successes=seed % 2, mean_return=1.0)
+
+    monkeypatch.setattr(build, "build_env", lambda cfg, **kw: Env(cfg))
+    monkeypatch.setattr(ev, "evaluate_policy", evaluate_policy)
+    monkeypatch.setattr(bm, "_environment", lambda sim, cfg: {"physics": "fake"})
+    return calls
+
+
+def test_resume_refuses_another_task_set_and_allows_another_env_count(fake_sim, tmp_path):
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+
+    out = str(tmp_path / "r.json")
+    a = evaluate_benchmark("random", "maniskill-id", 4, out, num_envs=1, block=2, task="PushCube-v1")
+    assert list(a["tasks"]) == ["PushCube-v1"] and a["task_set"] == ["PushCube-v1"] and a["env"]["task"] == "PushCube-v1"
+    assert "num_envs" not in a["env"]
+    with pytest.raises(ConfigError, match=r"holds another evaluation .*task_set \['PushCube-v1'\] vs \['PickCube-v1'\]"):
+        evaluate_benchmark("random", "maniskill-id", 4, out, num_envs=1, block=2, task="PickCube-v1")
+    assert list(json.loads((tmp_path / "r.json").read_text())["tasks"]) == ["PushCube-v1"]
+    n = len(fake_sim)
+    assert evaluate_benchmark("random", "maniskill-id", 4, out, num_envs=2, block=2, task="PushCube-v1") == a
+    assert len(fake_sim) == n  # everything was resumed
+    # a file without the identity keys (an older robo-rl) is not resumed blindly
+    old = json.loads((tmp_path / "r.json").read_text())
+    (tmp_path / "old.json").write_text(json.dumps({k: v for k, v in old.items() if k not in ("task_set", "env")}))
+    with pytest.raises(ConfigError, match="written by an older robo-rl"):
+        evaluate_benchmark("random", "maniskill-id", 4, str(tmp_path / "old.json"), num_envs=1, block=2, task="PushCube-v1")
+    # the same task in an env configured otherwise: the differing key is named
+    old = json.loads((tmp_path / "r.json").read_text())
+    old["env"]["max_episode_steps"] = 50
+    (tmp_path / "r.json").write_text(json.dumps(old))
+    with pytest.raises(ConfigError, match=r"env\.max_episode_steps 50 vs 100"):
+        evaluate_benchmark("random", "maniskill-id", 4, out, num_envs=1, block=2, task="PushCube-v1")
+
+
+def test_out_in_a_missing_directory_is_created_and_an_unwritable_one_fails_in_one_line(fake_sim, tmp_path):
+    from robo_rl.errors import RoboRLError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+
+    out = tmp_path / "new" / "dir" / "r.json"
+    res = evaluate_benchmark("random", "maniskill-id", 4, str(out), num_envs=1, block=2, task="PushCube-v1")
+    assert json.loads(out.read_text()) == res and res["tasks"]["PushCube-v1"]["episodes"] == 4
+    (tmp_path / "afile").write_text("")
+    fake_sim.clear()
+    with pytest.raises(RoboRLError, match=r"cannot create the directory of --out '.*afile/r\.json'"):
+        evaluate_benchmark("random", "maniskill-id", 2, str(tmp_path / "afile" / "r.json"), num_envs=1)
+    assert fake_sim == []  # before any episode
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", "\xff"])
+def test_a_corrupt_results_file_is_refused_in_one_line(fake_sim, tmp_path, content):
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"'.*bad\.json' exists but is not a .*results file.*delete it or pick another --out") as err:
+        evaluate_benchmark("random", "maniskill-id", 2, str(bad), num_envs=1, task="PushCube-v1")
+    assert "\n" not in str(err.value) and fake_sim == []
+
+
+def test_a_maniskill_policy_on_a_libero_suite_is_refused_before_the_policy_loads(monkeypatch, tmp_path):
+    import robo_rl.checkpoint as ckpt_io
+    import robo_rl.runners.build as build
+    from robo_rl.config import load, to_dict
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.benchmark import evaluate_benchmark, get_benchmark, task_env_configs
+    from robo_rl.runners.config import TrainConfig
+    from sims.maniskill.env import ManiSkillConfig
+
+    with pytest.raises(ConfigError, match="LIBERO suite but the policy was trained in 'maniskill'"):
+        task_env_configs(get_benchmark("libero-object"), ManiSkillConfig(), None)
+    cfg = to_dict(load(TrainConfig, str(REPO / "configs" / "quickstart.yaml")))
+    monkeypatch.setattr(ckpt_io, "resolve", lambda c: tmp_path)
+    monkeypatch.setattr(ckpt_io, "read_meta", lambda c: {"config": cfg})
+
+    def no_load(*a, **k):
+        raise AssertionError("the policy was loaded")
+
+    monkeypatch.setattr(build, "policy_from_checkpoint", no_load)
+    with pytest.raises(ConfigError, match="LIBERO suite but the policy was trained in 'maniskill'"):
+        evaluate_benchmark("somerun", "libero-object", 1, str(tmp_path / "r.json"))
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_task_picks_one_task_of_a_libero_suite_for_a_reference_policy(fake_sim, tmp_path):
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+
+    res = evaluate_benchmark("random", "libero-object", 2, str(tmp_path / "r.json"), num_envs=1, task="libero_object/3")
+    assert list(res["tasks"]) == res["task_set"] == ["libero_object/3"]
+    assert fake_sim == [((3,), 10_000 + 3000, 2)]  # the seeds task 3 gets in the whole suite
+    with pytest.raises(ConfigError, match=r"--task 'libero_object/10' is not a task of benchmark 'libero-object': "
+                                          r"use libero_object/N with N in 0\.\.9"):
+        evaluate_benchmark("random", "libero-object", 2, str(tmp_path / "x.json"), task="libero_object/10")
+    with pytest.raises(ConfigError, match=r"--task 'libero_goal/3' is not a task of benchmark 'libero-object'"):
+        evaluate_benchmark("random", "libero-object", 2, str(tmp_path / "x.json"), task="libero_goal/3")
+    with pytest.raises(ConfigError, match=r"--task 'PickCube-v1' on a LIBERO benchmark must be SUITE/INDEX"):
+        evaluate_benchmark("random", "libero-object", 2, str(tmp_path / "x.json"), task="PickCube-v1")
+
+
+def test_report_refuses_a_json_list_creates_its_directory_and_writes_atomically(fake_sim, tmp_path, monkeypatch):
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+    from robo_rl.eval.report import write_report
+
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"'.*list\.json' is not a finished robo-rl benchmark results file \(a JSON list"):
+        write_report(str(tmp_path / "list.json"))
+    evaluate_benchmark("random", "maniskill-id", 2, str(tmp_path / "a.json"), num_envs=1, task="PushCube-v1")
+    replaced = []
+    real_replace = os.replace
+
+    def spy(src, dst):
+        replaced.append((os.fspath(src), os.fspath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    md = write_report(str(tmp_path / "a.json"), out=str(tmp_path / "new" / "dir" / "r.md"))
+    assert md == tmp_path / "new" / "dir" / "r.md" and "PushCube-v1" in md.read_text()
+    assert sorted(os.path.basename(d) for _, d in replaced) == ["r.md", "r.png"]
+    assert all(os.path.dirname(s) == os.path.dirname(d) and s != d for s, d in replaced)
+    assert sorted(os.listdir(md.parent)) == ["r.md", "r.png"]  # no temp files left
+
+
+def test_video_path_is_checked_before_writing(tmp_path):
+    import numpy as np
+
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.plots import check_video_path, write_video
+
+    assert check_video_path(str(tmp_path / "v.mp4")) == tmp_path / "v.mp4"
+    check_video_path("v.GIF")
+    for bad, what in (("ev", "no suffix"), ("ev.json", "suffix '.json'")):
+        with pytest.raises(ConfigError, match=f"video path '.*{bad}' has {what}; name it \\*\\.mp4"):
+            check_video_path(tmp_path / bad)
+    with pytest.raises(ConfigError, match="has no suffix"):
+        write_video([np.zeros((16, 16, 3), np.uint8)] * 2, tmp_path / "ev")
+    assert os.listdir(tmp_path) == []
+    write_video([np.zeros((16, 16, 3), np.uint8)] * 2, tmp_path / "ev.mp4")
+    assert (tmp_path / "ev.mp4").stat().st_size > 0

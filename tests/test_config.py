@@ -25,6 +25,11 @@ def test_dotted_overrides_parse_yaml_values():
     assert cfg.env.max_episode_steps is None
     assert BASE == {"env": {"name": "maniskill", "task": "PickCube-v1"}}  # input untouched
 
+    cfg = from_dict(TrainConfig, apply_overrides(BASE, ["run.total_env_steps=3e5", "run.rollout_steps=1.6e1"]))
+    assert cfg.run.total_env_steps == 300_000 and cfg.run.rollout_steps == 16  # as 3e-4 is a float
+    with pytest.raises(ConfigError, match="'run.total_env_steps' = '2.5e0' has the wrong type; expected int"):
+        from_dict(TrainConfig, apply_overrides(BASE, ["run.total_env_steps=2.5e0"]))
+
 
 @pytest.mark.parametrize("overrides, fragment", [
     (["algo.lrr=1e-3"], "unknown config key 'algo.lrr': did you mean 'lr'?"),
@@ -56,8 +61,12 @@ def test_missing_env_section_is_named():
 
 
 def test_yaml_file_errors(tmp_path):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="does not exist; pass a YAML file such as configs/quickstart.yaml"):
         load(TrainConfig, tmp_path / "nope.yaml")
+    from real_robot.config import load_robot
+
+    with pytest.raises(ConfigError, match="does not exist; pass a YAML file such as configs/robots/panda_sim.yaml"):
+        load_robot(str(tmp_path / "nope.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("env: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML at line"):

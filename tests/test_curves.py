@@ -35,3 +35,21 @@ def test_curves_cli_prints_table_and_finals(tmp_path):
     assert "0.50 [0.50, 0.50]" in proc.stdout and "final evaluations 1.00" in proc.stdout
     bad = run_cli("curves", "--group", f"x={tmp_path / 'missing'}", "--out", str(tmp_path / "d.png"))
     assert bad.returncode == 2 and "has no metrics.csv" in bad.stderr and bad.stderr.count("\n") <= 2
+
+
+def test_curves_and_eval_argument_errors_are_one_line(tmp_path):
+    """Bad curves/eval arguments fail before any work, in one line naming the argument."""
+    _run(tmp_path / "s0", [(10000, 0.5)])
+    cases = [
+        (["curves", "--group", f"a={tmp_path / 's0'}", "--bin", "0", "--out", str(tmp_path / "c.png")], "--bin 0 must be >= 1"),
+        (["curves", "--group", f"a={tmp_path / 's0'}", "--metric", "train/sucess_rate", "--out", str(tmp_path / "c.png")],
+         "--metric 'train/sucess_rate' is not a column of"),
+        (["eval", str(tmp_path / "s0"), "--video", str(tmp_path / "clip")], "has no suffix; name it *.mp4"),
+        (["eval", str(tmp_path / "s0"), "--benchmark", "maniskill-vision", "--out", str(tmp_path / "r.json"), "--stochastic"],
+         "--stochastic apply to the plain evaluation"),
+        (["eval", str(tmp_path / "s0"), "--strengths", "abc"], "'abc': expected comma-separated numbers >= 0"),
+    ]
+    for argv, fragment in cases:
+        proc = run_cli(*argv)
+        assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-1500:]
+    assert not (tmp_path / "c.png").exists()

@@ -190,3 +190,19 @@ def test_a_head_with_another_ray_version_is_one_line(monkeypatch):
             cl.connect(f"127.0.0.1:{port}", timeout_s=2)
     msg = str(err.value)
     assert "\n" not in msg and "another Ray/Python version" in msg and ray.__version__ in msg
+
+
+def test_launch_scripts_refuse_bad_arguments_in_one_line():
+    """The cluster scripts check their own arguments before calling `ray start`."""
+    import subprocess
+
+    from tests.conftest import REPO
+
+    for script, args, fragment in (("ray_head.sh", ["abc"], "PORT 'abc' is not a port number"),
+                                   ("ray_head.sh", ["6379", "two"], "NUM_CPUS 'two' is not a whole number"),
+                                   ("ray_worker.sh", [], "expected 1 to 3 arguments, got 0"),
+                                   ("ray_worker.sh", ["127.0.0.1"], "'127.0.0.1' is not HEAD_IP:PORT"),
+                                   ("ray_worker.sh", ["127.0.0.1:6379", "1", "x"], "'x' is not a whole number")):
+        proc = subprocess.run(["bash", str(REPO / "launch" / script), *args], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin", "RAY": "/bin/false"}, timeout=30)
+        assert proc.returncode == 2 and fragment in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -87,6 +87,26 @@ def test_compare_files_and_refusals(tmp_path):
         compare([str(tmp_path / "missing.json")], [b1])
 
 
+def test_compare_refuses_benchmark_results_and_malformed_outcomes_in_one_line(tmp_path):
+    b1 = _write(tmp_path / "b1.json", [[0, 0], [1, 0]])
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"schema": 1, "benchmark": "maniskill-id", "tasks": {"PushCube-v1": {"blocks": {}}},
+                                 "aggregate": {"mean": 0.0}}))
+    with pytest.raises(RoboRLError, match=r"bench\.json: a benchmark results file .*'robo-rl eval --compare A\.json B\.json'"):
+        compare([str(bench)], [b1])
+    for bad in ([1, 0, 1], [[1, 2], [0, 0]], [[1, "1"], [0, 0]], {"0": [1, 0]}, [[0.5, 1], [0, 0]]):
+        (tmp_path / "bad.json").write_text(json.dumps({"episode_success": bad}))
+        with pytest.raises(RoboRLError, match=r"bad\.json: 'episode_success' must be a list per env of per-episode 0/1 "
+                                              r"outcomes, e.g\. \[\[1, 0\], \[0, 1\]\]; got ") as err:
+            compare([str(tmp_path / "bad.json")], [b1])
+        assert "\n" not in str(err.value)
+    offsets_flat = _write(tmp_path / "o.json", [[0, 0], [1, 0]], [0, 1, 0, 1])
+    with pytest.raises(RoboRLError, match=r"'episode_offset' must be a list per env"):
+        compare([offsets_flat], [offsets_flat])
+    (tmp_path / "bools.json").write_text(json.dumps({"episode_success": [[True, False], [True, True]]}))
+    assert compare([str(tmp_path / "bools.json")], [b1], reps=100)["paired"]["a_only"] == 2
+
+
 @pytest.mark.maniskill
 def test_episode_starts_do_not_depend_on_the_actions(need_maniskill):
     """Two runs from one seed with different actions: mid-episode states differ, every env's next

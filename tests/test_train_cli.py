@@ -134,6 +134,8 @@ def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniski
     (["env.num_envs=two"], "'env.num_envs' = 'two' has the wrong type"),
     (["env.name=manyskill"], "unknown env 'manyskill': did you mean 'maniskill'"),
     (["policy.name=mpl"], "unknown policy 'mpl': did you mean 'mlp'"),
+    (["env.extra.robot_uids=panda_wristcm"], "'env.extra.robot_uids' = 'panda_wristcm' is not a ManiSkill robot; did you mean panda_wristcam"),
+    (["env.control_mode=pd_joint_bogus"], "'env.control_mode' = 'pd_joint_bogus' is not a controller of PushCube-v1's robot: ["),
 ])
 def test_bad_config_is_one_line(extra, fragment, tmp_path):
     err = _one_line_error(run_cli("train", "configs/quickstart.yaml", *extra, f"run.out_dir={tmp_path}", timeout=120))
@@ -186,3 +188,42 @@ def test_overrides_may_follow_options(tmp_path):
     proc = run_cli("steer", "collect", str(tmp_path / "nowhere"), "--episodes", "1", "--out", str(tmp_path / "x.npz"),
                    "--bogus")
     assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
+
+
+def test_resume_dry_run_checks_the_run_and_leaves_it_alone(trained_run, tmp_path, need_maniskill):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(trained_run, run)
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    proc = run_cli("train", "--resume", str(run), "algo.lr=1e-5", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["dry_run"] == "ok" and out["policy_built_from"] == "config"
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path, need_maniskill):
+    """A teacher, dataset or init_from that is not there is named by its key before the run directory is
+    made, so fixing the path and rerunning works; --dry-run lists such paths without failing."""
+    for cfg, extra, fragment in (
+            ("opd_pushcube_state.yaml", [f"algo.teacher={tmp_path / 'no-teacher'}"], "config algo.teacher '"),
+            ("quickstart.yaml", [f"run.init_from={tmp_path / 'nope'}"], "config run.init_from '"),
+            ("bc_mlp_pushcube_few.yaml", [f"algo.dataset={tmp_path / 'no.h5'}"], "config algo.dataset '")):
+        err = _one_line_error(run_cli("train", f"configs/{cfg}", *extra, f"run.out_dir={tmp_path / 'runs'}",
+                                      "run.name=x", timeout=120))
+        assert fragment in err and "does not exist" in err
+        assert not (tmp_path / "runs").exists()
+    (tmp_path / "not-a-run").mkdir()
+    err = _one_line_error(run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'not-a-run'}",
+                                  f"run.out_dir={tmp_path / 'runs'}", timeout=120))
+    assert "config key 'algo.teacher': no checkpoint found" in err and not (tmp_path / "runs").exists()
+    proc = run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'no-teacher'}", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["inputs_missing_here"] == [f"algo.teacher '{tmp_path / 'no-teacher'}'"]
+
+
+def test_offline_runs_refuse_keys_they_would_ignore(tmp_path):
+    err = _one_line_error(run_cli("train", "configs/bc_mlp_pushcube_few.yaml", "run.pipeline=true",
+                                  f"run.out_dir={tmp_path}", timeout=120))
+    assert "'run.pipeline' does not apply to offline algorithm 'bc'" in err and not any(tmp_path.iterdir())

@@ -10,11 +10,12 @@ Prints control steps/s of both and their ratio; with chunk 1 there is nothing to
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import numpy as np
+
+from robo_rl.bench.output import check_min, check_output, write_json
 
 
 def measure(task: str, workers: int, chunk: int, calls: int, rounds: int, image_size: int) -> dict[str, float]:
@@ -54,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-size", type=int, default=128)
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = p.parse_args(argv)
-    if args.workers < 1 or args.calls < 1 or args.rounds < 1 or min(args.chunk) < 1:
-        p.error("--workers, --calls, --rounds and every --chunk must be >= 1")
+    check_min(p, args, 1, "workers", "chunk", "calls", "rounds", "image_size")
+    check_output(p, args, "json")
     print(f"ManiSkill {args.task}, rgb {args.image_size} px, {args.workers} workers, {args.calls} calls x {args.rounds} rounds")
     print(f"{'chunk':>5} {'blind steps/s':>14} {'every-step steps/s':>19} {'blind/every':>12}")
     rows = []
@@ -64,6 +65,5 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"chunk": h, **r, "ratio": r["blind"] / r["every-step"]})
         print(f"{h:>5} {r['blind']:>14.1f} {r['every-step']:>19.1f} {rows[-1]['ratio']:>12.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        write_json(args.json, rows)
     return 0

@@ -13,13 +13,14 @@ effectively does. Rounds alternate between methods and the median per method is 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
 
 import numpy as np
 import torch
+
+from robo_rl.bench.output import check_min, check_output, write_json
 
 
 def _sync(device: str) -> None:
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--json", default=None, help="also write the results table to this JSON file")
     args = ap.parse_args(argv)
+    check_min(ap, args, 1, "batch", "rounds", "prompt_tokens", "threads")
+    check_min(ap, args, 0, "loop_max_batch")
+    check_output(ap, args, "json")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -130,6 +134,5 @@ def main(argv: list[str] | None = None) -> int:
         ratio_s = f"{row['ours_over_loop']:10.2f}" if row["ours_over_loop"] else f"{'-':>10}"
         print(f"{b:>4} {rate['ours']:11.1f} {loop_s} {rate['gen']:15.1f} {ratio_s} {row['ours_over_generate']:9.2f} {same:12.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"model": args.checkpoint or args.arch, "device": args.device, "dtype": args.dtype, "rows": rows}, f, indent=2)
+        write_json(args.json, {"model": args.checkpoint or args.arch, "device": args.device, "dtype": args.dtype, "rows": rows})
     return 0

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from robo_rl.bench.output import check_min
+
 
 def _raw_env(task: str, obs_mode: str, control_mode: str) -> Any:
     import gymnasium as gym
@@ -137,6 +139,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--steps", type=int, default=600, help="vector steps per round")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
+    check_min(p, args, 1, "workers", "steps", "rounds", "image_size")
     if args.sim == "libero":
         task = args.task or "libero_spatial/0"
         print(f"# LIBERO {task} rgb {args.image_size}px (agentview + wrist), fast_render={args.fast_render}; "

@@ -15,7 +15,6 @@ the ratios ours/SB3 (< 1 = ours faster).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from collections import deque
@@ -24,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from robo_rl.errors import RoboRLError
+from robo_rl.bench.output import check_output, check_positive, write_json
 
 THRESHOLDS = (0.5, 0.9)
 WINDOW = 40
@@ -166,12 +165,15 @@ def main(argv: list[str]) -> int:
                    help="comma list of: ours, sb3-matched (SB3 + our success-bootstrap rule), sb3 (SB3 as it comes)")
     p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. env.num_envs=4")
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    cfg = load(TrainConfig, args.config, args.overrides)
+    check_positive(p, args, "minutes")
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     unknown = sorted(set(runs) - {"ours", "sb3-matched", "sb3"})
-    if unknown:
-        raise RoboRLError(f"--runs has unknown entries {unknown}; choose from ours, sb3-matched, sb3")
+    if unknown or not runs:
+        p.error(f"--runs {args.runs!r}: {f'unknown entries {unknown}' if unknown else 'no entries'}; "
+                "choose from ours, sb3-matched, sb3")
+    check_output(p, args, "out")
+    torch.set_num_threads(1)
+    cfg = load(TrainConfig, args.config, args.overrides)
     results: dict[str, Any] = {}
     for name in runs:
         if name == "ours":
@@ -194,7 +196,5 @@ def main(argv: list[str]) -> int:
                 print(f"ratio ours/{ref} wall-clock to {th}: <= {o[0] / (args.minutes * 60):.2f} ({ref} not reached in the cap)")
             else:
                 print(f"ratio ours/{ref} wall-clock to {th}: n/a (ours not reached)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({k: {**v, "hits": {str(t): h for t, h in v["hits"].items()}} for k, v in results.items()}, indent=2))
+    write_json(args.out, {k: {**v, "hits": {str(t): h for t, h in v["hits"].items()}} for k, v in results.items()})
     return 0

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_rl.bench.output import check_min
+
 
 def collect_rate(col: Any, obs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     """(env steps per second, last obs) of one ``Collector.collect()`` (the trainer's own collection:
@@ -65,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env-cpus", type=int, nargs="+", default=None, help="CPU ids the env workers are pinned to")
     ap.add_argument("--policy-cpus", type=int, nargs="+", default=None, help="CPU ids this process (policy) is pinned to")
     args = ap.parse_args(argv)
+    check_min(ap, args, 1, "num_envs", "envs_per_worker", "hidden", "steps", "rounds", "threads")
+    check_min(ap, args, 0, "scene_workers", "env_cpus", "policy_cpus")
+    if args.num_envs < 2:
+        ap.error(f"--num-envs {args.num_envs} must be >= 2 (the pipeline needs >= 2 env workers)")
     from policies.mlp import MLPActorCritic, MLPConfig
     from robo_rl.affinity import pin_process
     from robo_rl.errors import RoboRLError

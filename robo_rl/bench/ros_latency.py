@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from robo_rl.bench.output import check_min, check_positive
+
 LOOPBACK = '<CycloneDDS><Domain><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces></General></Domain></CycloneDDS>'
 JOINTS = [f"j{i}" for i in range(7)]
 SCALE = 1e-4  # joint 0 = seq * SCALE (within the limits below)
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--domain", type=int, default=None, help="ROS domain id (default: random)")
     ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    check_positive(ap, args, "seconds", "rate")
+    check_min(ap, args, 0, "domain")
     os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK)
     domain = args.domain if args.domain is not None else int(np.random.default_rng().integers(20, 200))
     if args.peer:

@@ -11,13 +11,14 @@ must agree; the table shows the largest difference.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
 
 import numpy as np
 import torch
+
+from robo_rl.bench.output import check_min, check_output, write_json
 
 
 def _sync(device: str) -> None:
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--json", default=None, help="also write the results table to this JSON file")
     args = ap.parse_args(argv)
+    check_min(ap, args, 1, "batch", "rounds", "threads")
+    check_output(ap, args, "json")
     from vla.pi0.policy import Pi0Policy, Pi0PolicyConfig
 
     if args.threads:
@@ -116,6 +119,5 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['cached_actions_per_s']:13.1f} {row['cached_over_uncached']:16.2f} "
               f"{row['cached_over_transformers']:10.2f} {diff:11.2e}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"arch": args.arch, "device": args.device, "dtype": args.dtype, "rows": rows}, f, indent=2)
+        write_json(args.json, {"arch": args.arch, "device": args.device, "dtype": args.dtype, "rows": rows})
     return 0

@@ -17,7 +17,6 @@ on with the CPU backend so the policy side is still measured.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from robo_rl.bench.output import check_min, check_output, write_json
 
 
 class GPUSampler:
@@ -188,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="measured steps (after 2 warm-up steps)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    check_min(ap, args, 1, "num_envs", "envs_per_worker", "steps")
+    check_min(ap, args, 0, "scene_workers")
+    check_output(ap, args, "json")
     from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy
 
     torch.manual_seed(0)
@@ -200,6 +204,5 @@ def main(argv: list[str] | None = None) -> int:
                             "task": args.task, "params_m": sum(p.numel() for p in policy.parameters()) / 1e6}
     rows = [run_one(args, policy, b) for b in args.num_envs]
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**base, "rows": rows}, f, indent=2)
+        write_json(args.json, {**base, "rows": rows})
     return 0

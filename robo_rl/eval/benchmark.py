@@ -10,10 +10,12 @@ stride of the env count), so results do not depend on ``--num-envs`` or the bloc
 evaluation resumes where it stopped and gives the same numbers as an uninterrupted one.
 
 Results JSON (schema 1): ``{"schema", "benchmark", "varies", "checkpoint", "seed", "episodes_per_task",
-"block", "strengths", "environment": {package versions, simulator backend}, "tasks": {task: {"blocks": {b: [episodes,
+"block", "strengths", "task_set": [task names], "env": {the policy's env config, less worker/env-count keys},
+"environment": {package versions, simulator backend}, "tasks": {task: {"blocks": {b: [episodes,
 successes, return sum]}, "episodes", "successes", "success_rate", "ci95": [low, high], "mean_return"}},
 "aggregate": {"mean", "mean_low", "mean_high", "iqm_over_tasks", "tasks"}}`` (per-task CIs from the
 bootstrap of the task's episodes; the mean over tasks with rliable's stratified bootstrap over episodes).
+A file resumes only an evaluation with the same keys up to ``env`` (its identity); another is refused.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.errors import ConfigError
+from robo_rl.errors import ConfigError, RoboRLError
 from robo_rl.eval.reference import REFERENCE_POLICIES, UniformRandomPolicy, expert_block, reference_env
 
 SCHEMA = 1
+
+_RUNTIME_KEYS = ("num_envs", "envs_per_worker", "scene_workers", "worker_cpus", "step_timeout")
+"""Env config keys that change how episodes are run, not what they are (left out of a file's identity)."""
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,14 @@ def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None,
             split = dataclasses.replace(train_env, variations=varied.scaled(s))
             out[key] = (with_num_envs(split, num_envs) if num_envs else split, 0)
         return out
+    if train_env.name != "libero":
+        raise ConfigError(f"benchmark is a LIBERO suite but the policy was trained in {train_env.name!r}; evaluate it "
+                          "on a ManiSkill split (maniskill-id, maniskill-vision, ...)")
     if tuple(strengths) != (1.0,):
         raise ConfigError("--strengths applies to ManiSkill splits; LIBERO suites vary nothing")
-    from sims.libero.env import LiberoConfig
     from sims.libero.suites import suite_tasks
 
-    base = train_env if train_env.name == "libero" else LiberoConfig()
-    return {f"{bench.suite}/{i}": (dataclasses.replace(base, suite=bench.suite, task_ids=(i,), max_episode_steps=None, **n), i)
+    return {f"{bench.suite}/{i}": (dataclasses.replace(train_env, suite=bench.suite, task_ids=(i,), max_episode_steps=None, **n), i)
             for i in range(len(suite_tasks(bench.suite)))}
 
 
@@ -156,6 +162,53 @@ def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: st
     write_video(res.frames, media / f"{slug}.mp4")
 
 
+def _identity(env_cfg: Any) -> dict[str, Any]:
+    """What of an env config decides the episodes (JSON-normalised): all keys but ``_RUNTIME_KEYS``."""
+    from robo_rl.config import to_dict
+
+    return json.loads(json.dumps({k: v for k, v in to_dict(env_cfg).items() if k not in _RUNTIME_KEYS}))
+
+
+def _resumable(path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    """The finished tasks/blocks of ``path`` if it holds this evaluation (same ``header``), else a one-line error."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as err:  # ValueError: bad JSON or bytes that are not UTF-8
+        why = err.strerror if isinstance(err, OSError) else str(err).splitlines()[0]
+        raise ConfigError(f"'{path}' exists but is not a readable results file ({why}); delete it or pick another "
+                          "--out") from None
+    if not isinstance(old, dict) or not isinstance(old.get("tasks"), dict):
+        raise ConfigError(f"'{path}' exists but is not a robo-rl benchmark results file (no 'tasks' object); delete "
+                          "it or pick another --out")
+    if "task_set" not in old or "env" not in old:
+        raise ConfigError(f"'{path}' was written by an older robo-rl (no task_set/env to check it is the same "
+                          "evaluation); delete it or pick another --out")
+    diffs = []
+    for k, new in header.items():
+        was = old.get(k)
+        if was == new:
+            continue
+        if k == "env" and isinstance(was, dict):
+            keys = sorted(x for x in set(was) | set(new) if was.get(x) != new.get(x))
+            diffs += [f"env.{x} {was.get(x)!r} vs {new.get(x)!r}" for x in keys]
+        else:
+            diffs.append(f"{k} {was!r} vs {new!r}" if k != "varies" else "varies")
+    if diffs:
+        raise ConfigError(f"'{path}' holds another evaluation (in the file vs this call: {'; '.join(diffs)}); "
+                          "choose another --out or delete it")
+    return old["tasks"]
+
+
+def _write(path: Path, results: dict[str, Any]) -> None:
+    from robo_rl.checkpoint import atomic_write_text
+
+    try:
+        atomic_write_text(path, json.dumps(results, indent=1))
+    except OSError as err:
+        raise RoboRLError(f"cannot write benchmark results '{path}' ({err.strerror or err}); pass --out in a "
+                          "writable directory") from None
+
+
 def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_envs: int | None = None,
                        seed: int = 10_000, block: int = 10, task: str | None = None,
                        strengths: tuple[float, ...] = (1.0,), media: bool = False) -> dict[str, Any]:
@@ -165,7 +218,6 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     ``strengths``: multiples of the split's variations to sweep; ``media``: thumbnails and videos of a few
     episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert)."""
     from robo_rl import checkpoint as ckpt_io
-    from robo_rl.checkpoint import atomic_write_text
     from robo_rl.config import from_dict
     from robo_rl.eval.stats import aggregate, success_ci
     from robo_rl.runners.build import build_env, policy_from_checkpoint
@@ -186,22 +238,34 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         ckpt = ckpt_io.resolve(checkpoint)
         label = str(ckpt)
         train_env = from_dict(TrainConfig, ckpt_io.read_meta(ckpt)["config"]).env
+    envs = task_env_configs(bench, train_env, num_envs, tuple(strengths))  # refuses another simulator's policy
+    if reference and task is not None and bench.sim == "libero":  # --task SUITE/INDEX: that task of the suite
+        if task not in envs:
+            raise ConfigError(f"--task {task!r} is not a task of benchmark {name!r}: use {bench.suite}/N with N in "
+                              f"0..{len(envs) - 1}, or omit --task for all of them")
+        envs = {task: envs[task]}
+    if not reference:
         policy, obs_spec, _ = policy_from_checkpoint(str(ckpt))
         if bench.needs_rgb and "rgb" not in obs_spec:
             raise ConfigError(f"benchmark {name!r} varies {bench.varies}, but the policy observes only "
                               f"{', '.join(sorted(obs_spec))}: evaluate it on a split a state policy can feel")
-    envs = task_env_configs(bench, train_env, num_envs, tuple(strengths))
     path = Path(out)
-    header = {"schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": label, "seed": seed,
-              "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths]}
+    header = json.loads(json.dumps({
+        "schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": label, "seed": seed,
+        "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths],
+        "task_set": list(envs), "env": _identity(train_env)}))
     results: dict[str, Any] = {**header, "environment": _environment(bench.sim, next(iter(envs.values()))[0]),
                                "tasks": {}}
+    if path.is_dir():
+        raise ConfigError(f"--out '{path}' is a directory; pass a results file path, e.g. '{path / 'results.json'}'")
     if path.is_file():
-        old = json.loads(path.read_text())
-        if {k: old.get(k) for k in header} != header:
-            raise ConfigError(f"'{path}' holds another evaluation ({old.get('benchmark')}, {old.get('checkpoint')}); "
-                              "choose another --out or delete it")
-        results["tasks"] = old.get("tasks", {})
+        results["tasks"] = _resumable(path, header)
+    else:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RoboRLError(f"cannot create the directory of --out '{path}' ({err.strerror or err}); pass --out in a "
+                              "writable place") from None
     n_blocks = (episodes + block - 1) // block
     for task, (env_cfg, k) in envs.items():
         rec = results["tasks"].setdefault(task, {"blocks": {}})
@@ -210,7 +274,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
             for b in todo:
                 n = min(block, episodes - b * block)
                 rec["blocks"][str(b)] = list(expert_block(env_cfg, n, seed + 1000 * k + block * b))
-                atomic_write_text(path, json.dumps(results, indent=1))
+                _write(path, results)
         elif todo:
             env = build_env(env_cfg)
             try:
@@ -220,7 +284,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
                     pol = UniformRandomPolicy(env.action_spec, s_b) if checkpoint == "random" else policy
                     res = evaluate_policy(env, pol, n, seed=s_b, deterministic=True)
                     rec["blocks"][str(b)] = [res.episodes, res.successes, res.mean_return * res.episodes]
-                    atomic_write_text(path, json.dumps(results, indent=1))
+                    _write(path, results)
             finally:
                 env.close()
         if media and checkpoint != "expert":
@@ -240,5 +304,5 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     iqm = aggregate({"policy": np.array([[t["success_rate"] for t in tasks]])}, reps=10, seed=seed)["policy"]["iqm"]
     results["aggregate"] = {"mean": agg["mean"], "mean_low": agg["mean_low"], "mean_high": agg["mean_high"],
                             "iqm_over_tasks": iqm, "tasks": len(tasks)}
-    atomic_write_text(path, json.dumps(results, indent=1))
+    _write(path, results)
     return results

@@ -19,6 +19,16 @@ import numpy as np
 from robo_rl.errors import RoboRLError
 
 
+def _check_outcomes(path: str, key: str, per_env: Any) -> None:
+    """``per_env`` must be a list (one entry per env) of lists of 0/1 (or true/false) per episode."""
+    ok = isinstance(per_env, list) and all(
+        isinstance(e, list) and all(isinstance(x, (int, bool)) and x in (0, 1) for x in e) for e in per_env)
+    if not ok:
+        got = json.dumps(per_env)
+        raise RoboRLError(f"{path}: '{key}' must be a list per env of per-episode 0/1 outcomes, e.g. [[1, 0], [0, 1]]; "
+                          f"got {got[:60] + '...' if len(got) > 60 else got}")
+
+
 def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]], np.ndarray | None]:
     """Concatenated outcomes (N,) of evaluation JSON files, each file's per-env episode counts, and the
     episodes' offset tags (N,) bool when every file has them (a mixed split), else None."""
@@ -30,13 +40,19 @@ def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]], 
             raise RoboRLError(f"{p}: not a readable evaluation JSON ({err}); pass files written by 'robo-rl eval' "
                               "or 'robo-rl steer eval'") from None
         per_env = d.get("episode_success") if isinstance(d, dict) else None
+        if not per_env and isinstance(d, dict) and "schema" in d and "tasks" in d:
+            raise RoboRLError(f"{p}: a benchmark results file ('robo-rl eval --benchmark'), which holds per-task "
+                              "block counts, not per-episode outcomes; compare two of them with 'robo-rl eval "
+                              "--compare A.json B.json'")
         if not per_env:
             raise RoboRLError(f"{p}: no 'episode_success' (per-episode outcomes); re-run the evaluation with this "
                               "version of 'robo-rl eval' / 'robo-rl steer eval'")
+        _check_outcomes(p, "episode_success", per_env)
         layouts.append(tuple(len(e) for e in per_env))
         out.extend(int(x) for e in per_env for x in e)
         offsets = d.get("episode_offset")
         if offsets is not None and tags is not None:
+            _check_outcomes(p, "episode_offset", offsets)
             if [len(e) for e in offsets] != [len(e) for e in per_env]:
                 raise RoboRLError(f"{p}: 'episode_offset' does not match 'episode_success' episode for episode")
             tags.extend(bool(x) for e in offsets for x in e)

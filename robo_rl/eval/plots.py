@@ -9,6 +9,41 @@ from typing import Any
 
 import numpy as np
 
+from robo_rl.errors import ConfigError, RoboRLError
+
+VIDEO_SUFFIXES = (".mp4", ".gif", ".mkv", ".mov", ".avi")
+"""Containers ``write_video`` writes (imageio-ffmpeg, H.264; GIF through ffmpeg's gif encoder)."""
+
+
+def save_figure(fig: Any, out_png: Path, dpi: int = 100) -> None:
+    """Save a matplotlib figure to ``out_png`` atomically (a temp name in the same directory, then
+    renamed), creating the directory; close the figure. A readable failure names the path."""
+    import matplotlib.pyplot as plt
+
+    out_png = Path(out_png)
+    tmp = out_png.with_name(f".{out_png.stem}.tmp-{os.getpid()}{out_png.suffix or '.png'}")
+    try:
+        out_png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, dpi=dpi, format=out_png.suffix[1:].lower() or "png")
+        os.replace(tmp, out_png)
+    except (OSError, ValueError) as err:  # ValueError: an image format matplotlib does not write
+        if tmp.is_file():
+            tmp.unlink()
+        why = (err.strerror or str(err)) if isinstance(err, OSError) else str(err).splitlines()[0]
+        raise RoboRLError(f"cannot write figure '{out_png}' ({why}); pass a .png path in a writable directory") from None
+    finally:
+        plt.close(fig)
+
+
+def check_video_path(path: str | Path) -> Path:
+    """``path`` as a Path if ``write_video`` can write it (suffix in ``VIDEO_SUFFIXES``); a ConfigError
+    naming the path otherwise. Call it before evaluating, so a bad name fails before the episodes run."""
+    p = Path(path)
+    if p.suffix.lower() not in VIDEO_SUFFIXES:
+        raise ConfigError(f"video path '{p}' has {f'suffix {p.suffix!r}' if p.suffix else 'no suffix'}; name it "
+                          f"*.mp4 (or {', '.join(VIDEO_SUFFIXES[1:])}), e.g. '{p.stem or 'video'}.mp4'")
+    return p
+
 
 def learning_curve(metrics_csv: Path, out_png: Path) -> None:
     """Plot success rate (train and eval) against wall-clock minutes and env steps."""
@@ -41,25 +76,17 @@ def learning_curve(metrics_csv: Path, out_png: Path) -> None:
         ax.legend(loc="lower right")
     fig.suptitle(metrics_csv.parent.name)
     fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out_png)
+    save_figure(fig, out_png, dpi=100)
 
 
 def _finish_steps_plot(fig: Any, ax: Any, metric: str, out_png: Path) -> None:
     """Axes limits, grid and legend of a metric-vs-env-steps plot; written atomically."""
-    import matplotlib.pyplot as plt
-
     if metric.endswith("success_rate"):
         ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out_png)
+    save_figure(fig, out_png, dpi=100)
 
 
 def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, float] | None = None,
@@ -87,9 +114,11 @@ def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, f
 
 
 def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
-    """frames: list of (H, W, 3) uint8 -> mp4 at ``path`` (written to a temp name, then renamed)."""
+    """frames: list of (H, W, 3) uint8 -> mp4 at ``path`` (written to a temp name, then renamed); the
+    suffix picks the container (``check_video_path``)."""
     import imageio.v2 as imageio
 
+    path = check_video_path(path)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=1) as w:
         for f in frames:

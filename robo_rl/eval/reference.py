@@ -132,9 +132,19 @@ def expert_block(env_cfg: Any, episodes: int, seed: int) -> tuple[int, int, floa
     raise ConfigError(f"no scripted expert for simulator {env_cfg.name!r}; experts exist for maniskill and libero")
 
 
+def libero_task(task: str) -> tuple[str, int]:
+    """``--task SUITE/INDEX`` of a LIBERO benchmark (``libero_object/3``) as (suite, task index)."""
+    suite, _, idx = task.partition("/")
+    if not suite or not idx.isdigit():
+        raise ConfigError(f"--task {task!r} on a LIBERO benchmark must be SUITE/INDEX, e.g. libero_object/3 "
+                          "(omit --task to evaluate every task of the suite)")
+    return suite, int(idx)
+
+
 def reference_env(sim: str, task: str | None) -> Any:
     """The env a reference policy is evaluated in (ManiSkill: ``task``, default PickCube-v1, 100 steps;
-    LIBERO: the benchmark's suite with its standard episode length)."""
+    LIBERO: the benchmark's suite with its standard episode length; ``task`` = ``SUITE/INDEX`` picks one
+    task of it, which ``robo_rl.eval.benchmark`` then evaluates alone)."""
     if sim == "maniskill":
         from sims.maniskill.env import ManiSkillConfig
 
@@ -143,5 +153,8 @@ def reference_env(sim: str, task: str | None) -> Any:
         return ManiSkillConfig(task=task or "PickCube-v1", num_envs=2, obs_mode="state", max_episode_steps=100)
     from sims.libero.env import LiberoConfig
 
-    return LiberoConfig()
+    if task is None:
+        return LiberoConfig()
+    suite, idx = libero_task(task)
+    return LiberoConfig(suite=suite, task_ids=(idx,))
 

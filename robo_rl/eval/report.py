@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.errors import ConfigError
+from robo_rl.errors import ConfigError, RoboRLError
+from robo_rl.eval.plots import save_figure
 from robo_rl.eval.reference import REFERENCE_POLICIES
 
 
@@ -21,10 +22,17 @@ def _load(path: str) -> dict[str, Any]:
         raise ConfigError(f"results file '{p}' does not exist; write one with 'robo-rl eval CKPT --benchmark NAME --out FILE'")
     try:
         data = json.loads(p.read_text())
-    except json.JSONDecodeError:
-        data = {}
-    if data.get("schema") != 1 or "tasks" not in data or "aggregate" not in data:
-        raise ConfigError(f"'{p}' is not a finished robo-rl benchmark results file (schema 1)")
+    except (OSError, ValueError):  # ValueError: bad JSON or bytes that are not UTF-8
+        data = None
+    if not isinstance(data, dict) or data.get("schema") != 1 or "tasks" not in data or "aggregate" not in data:
+        if data is None:
+            kind = "not JSON"
+        elif not isinstance(data, dict):
+            kind = f"a JSON {type(data).__name__}, not an object"
+        else:
+            kind = "no schema 1 object with tasks and aggregate"
+        raise ConfigError(f"'{p}' is not a finished robo-rl benchmark results file ({kind}); pass the --out file "
+                          "of a completed 'robo-rl eval CKPT --benchmark NAME'")
     data["_path"] = str(p)
     return data
 
@@ -67,8 +75,7 @@ def _bars(results: list[dict[str, Any]], labels: list[str], out_png: Path) -> No
     ax.set_title(results[0]["benchmark"])
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png, dpi=110)
 
 
 def _strength_plot(results: list[dict[str, Any]], labels: list[str], out_png: Path) -> bool:
@@ -97,8 +104,7 @@ def _strength_plot(results: list[dict[str, Any]], labels: list[str], out_png: Pa
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png, dpi=110)
     return True
 
 
@@ -173,6 +179,11 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
     for b in map(_load, comp):
         others[(b["benchmark"], tuple(b["tasks"]))] = b
     md = Path(out) if out else Path(paths[0]).with_suffix(".md")
+    try:
+        md.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RoboRLError(f"cannot create the report directory '{md.parent}' ({err.strerror or err}); pass "
+                          "--report-out in a writable place") from None
     title = label_of(mains[0]) + (f" vs {label_of(next(iter(others.values())))}" if others else "")
     lines = [f"# Benchmark report: {title}", ""]
     for k, a in enumerate(mains):
@@ -185,5 +196,11 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
             runs.append(b)
         stem = md.stem + ("" if len(mains) == 1 else f"_{k}_{a['benchmark']}")
         lines += _section(runs, [label_of(r) for r in runs], md.parent, stem)
-    md.write_text("\n".join(lines))
+    from robo_rl.checkpoint import atomic_write_text
+
+    try:
+        atomic_write_text(md, "\n".join(lines))
+    except OSError as err:
+        raise RoboRLError(f"cannot write the report '{md}' ({err.strerror or err}); pass --report-out in a "
+                          "writable place") from None
     return md

@@ -107,6 +107,11 @@ def flatten(eps: list[Any], obs_keys: list[str], horizon: int = 1) -> DemoArrays
 
 def check_offline_config(cfg: TrainConfig) -> None:
     """One-line errors an offline run can know from its config alone, before a run directory exists."""
+    unused = [key for key, off in (("cluster.address", cfg.cluster.address is None), ("run.pipeline", not cfg.run.pipeline),
+                                   ("run.policy_cpus", cfg.run.policy_cpus is None)) if not off]
+    if unused:
+        raise ConfigError(f"config key {', '.join(repr(k) for k in unused)} does not apply to offline algorithm "
+                          f"{cfg.algo.name!r} (one process, no rollouts); remove it")
     shift = getattr(cfg.algo, "image_shift", 0)
     if shift and getattr(cfg.env, "obs_mode", "rgb") != "rgb":
         raise ConfigError(f"config key 'algo.image_shift' = {shift} augments images, but env.obs_mode is "

@@ -19,7 +19,7 @@ import yaml
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.affinity import check_cpus, pin_process
 from robo_rl.config import from_dict, to_dict
-from robo_rl.errors import CheckpointError, RoboRLError, RunDirError
+from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.rollout.collector import Collector
 from robo_rl.runners.build import build_algorithm, build_env, build_policy
 from robo_rl.runners.config import TrainConfig
@@ -337,23 +337,73 @@ def check_local_cpus(cfg: TrainConfig) -> None:
         check_cpus(cfg.run.policy_cpus, "run.policy_cpus")
 
 
+def input_paths(cfg: TrainConfig) -> dict[str, list[str]]:
+    """Config key -> the local files/directories a run reads at start: the policy's pretrained checkpoint,
+    a teacher run, demonstration files, a run to initialise from."""
+    out: dict[str, list[str]] = {}
+    for key, value in (("policy.checkpoint", getattr(cfg.policy, "checkpoint", None)),
+                       ("algo.teacher", getattr(cfg.algo, "teacher", None)),
+                       ("algo.dataset", getattr(cfg.algo, "dataset", None)),
+                       ("run.init_from", cfg.run.init_from)):
+        if value:
+            out[key] = [value] if isinstance(value, str) else [str(v) for v in value]
+    return out
+
+
+def missing_inputs(cfg: TrainConfig) -> list[str]:
+    """``"key 'path'"`` for every input path of :func:`input_paths` that does not exist here."""
+    return [f"{key} '{path}'" for key, paths in input_paths(cfg).items() for path in paths if not Path(path).exists()]
+
+
+def check_inputs(cfg: TrainConfig) -> None:
+    """One-line errors for input paths that are missing or (teacher, init_from) not robo-rl runs, before
+    a run directory exists (a run directory left by a failed start would block the rerun)."""
+    missing = missing_inputs(cfg)
+    if missing:
+        raise ConfigError(f"config {'; '.join(missing)} does not exist (paths are relative to the working "
+                          f"directory {os.getcwd()}); point the key at an existing file or directory")
+    for key in ("algo.teacher", "run.init_from"):
+        for path in input_paths(cfg).get(key, []):
+            try:
+                ckpt_io.read_meta(ckpt_io.resolve(path))
+            except CheckpointError as err:
+                raise ConfigError(f"config key '{key}': {err}") from None
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Start a fresh run (offline algorithms such as bc run the offline loop)."""
     from robo_rl.registry import ALGORITHMS
 
+    offline = getattr(ALGORITHMS.get(cfg.algo.name), "offline", False)
+    if offline:
+        from robo_rl.runners.offline import OfflineTrainer, check_offline_config
+
+        check_offline_config(cfg)
+    check_inputs(cfg)
     if cfg.cluster.address is not None:
         from robo_rl.distributed.rollout import preflight
 
         preflight(cfg)  # one-line errors before anything starts
     else:
         check_local_cpus(cfg)
-    if getattr(ALGORITHMS.get(cfg.algo.name), "offline", False):
-        from robo_rl.runners.offline import OfflineTrainer, check_offline_config
-
-        check_offline_config(cfg)
-        return OfflineTrainer(cfg, make_run_dir(cfg)).run()
     run_dir = make_run_dir(cfg)
-    return Trainer(cfg, run_dir).run()
+    try:
+        return (OfflineTrainer if offline else Trainer)(cfg, run_dir).run()
+    except BaseException:
+        _discard_if_unstarted(run_dir)
+        raise
+
+
+def _discard_if_unstarted(run_dir: Path) -> None:
+    """A run that failed before logging a metrics row or saving a checkpoint (a bad env setting, a
+    teacher that does not fit) leaves nothing worth keeping: remove its directory, so that the
+    corrected command can be run again under the same run.name."""
+    import shutil
+
+    metrics = run_dir / "metrics.csv"
+    logged = metrics.is_file() and len(metrics.read_bytes().splitlines()) > 1  # more than the header
+    if not logged and not any((run_dir / "checkpoints").glob("step_*")):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
+import logging
 from dataclasses import dataclass
 
 from robo_rl.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Max steps per episode used by the LIBERO/OpenVLA/openpi evaluations (the longest demo + margin).
 MAX_STEPS: dict[str, int] = {
@@ -43,7 +48,10 @@ def suite_tasks(suite: str) -> list[TaskInfo]:
     ensure_config()
     from libero.libero import benchmark, get_libero_path
 
-    bench = benchmark.get_benchmark_dict()[suite]()
+    with contextlib.redirect_stdout(io.StringIO()) as said:  # LIBERO print()s its task order: keep stdout for our JSON
+        bench = benchmark.get_benchmark_dict()[suite]()
+    for line in said.getvalue().splitlines():
+        log.debug("libero: %s", line)
     out = []
     for i in range(bench.get_num_tasks()):
         t = bench.get_task(i)

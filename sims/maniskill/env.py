@@ -140,8 +140,21 @@ def _make_gym_env(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render:
     with no_stdin_prompts(cfg.task):
         try:
             env = gym.make(task_id, **kwargs)
-        except (RuntimeError, FileNotFoundError, NotImplementedError, ImportError) as err:
+        except (RuntimeError, FileNotFoundError, NotImplementedError, ImportError, AssertionError, KeyError) as err:
             text = str(err)
+            if "registered agents" in text:  # robot_uids names no registered robot
+                import difflib
+
+                from mani_skill.agents.registration import REGISTERED_AGENTS
+
+                close = difflib.get_close_matches(str(cfg.extra.get("robot_uids")), list(REGISTERED_AGENTS), n=3)
+                raise ConfigError(f"config key 'env.extra.robot_uids' = {cfg.extra.get('robot_uids')!r} is not a ManiSkill "
+                                  f"robot{'; did you mean ' + ', '.join(close) + '?' if close else ''}") from None
+            if isinstance(err, AssertionError) and "supported modes" in text:
+                raise ConfigError(f"config key 'env.control_mode' = {cfg.control_mode!r} is not a controller of "
+                                  f"{cfg.task}'s robot: {text.split('supported modes:', 1)[-1].strip()}") from None
+            if isinstance(err, (AssertionError, KeyError)):
+                raise
             if isinstance(err, ImportError):
                 raise SimulatorUnavailable(f"ManiSkill task {cfg.task!r} needs an extra package: {text.splitlines()[-1]}") from None
             if "physical device" in text or "Vulkan" in text:

@@ -14,7 +14,12 @@ from robo_rl.runners.dry_run import dry_run
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name,sim", [("openvla_7b_ppo_maniskill.yaml", "maniskill"), ("openvla_7b_ppo_libero.yaml", "libero")])
+def _sim(*args):
+    """A parametrization (name, sim, ...) marked with the backend ``sim`` it needs."""
+    return pytest.param(*args, marks=getattr(pytest.mark, args[1]))
+
+
+@pytest.mark.parametrize("name,sim", [_sim("openvla_7b_ppo_maniskill.yaml", "maniskill"), _sim("openvla_7b_ppo_libero.yaml", "libero")])
 def test_7b_configs_dry_run(name, sim, request):
     request.getfixturevalue(f"need_{sim}")
     out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
@@ -24,7 +29,7 @@ def test_7b_configs_dry_run(name, sim, request):
     assert out["env"]["action_spec"] == [7]
 
 
-@pytest.mark.parametrize("name,sim,cams", [("pi0_ppo_maniskill.yaml", "maniskill", 1), ("pi0_ppo_libero.yaml", "libero", 2)])
+@pytest.mark.parametrize("name,sim,cams", [_sim("pi0_ppo_maniskill.yaml", "maniskill", 1), _sim("pi0_ppo_libero.yaml", "libero", 2)])
 def test_pi0_configs_dry_run(name, sim, cams, request):
     request.getfixturevalue(f"need_{sim}")
     out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
@@ -33,11 +38,23 @@ def test_pi0_configs_dry_run(name, sim, cams, request):
     assert out["env"]["obs_spec"]["rgb"][:1] == [cams]
 
 
-@pytest.mark.parametrize("name,sim,algo", [("opd_openvla_7b_libero.yaml", "libero", "OPD"),
-                                          ("rpd_pi0_maniskill.yaml", "maniskill", "RPD"),
-                                          ("opd_pickcube_state.yaml", "maniskill", "OPD"),
-                                          ("rpd_pickcube_state.yaml", "maniskill", "RPD")])
+@pytest.mark.parametrize("name,sim,algo", [_sim("opd_openvla_7b_libero.yaml", "libero", "OPD"),
+                                          _sim("rpd_pi0_maniskill.yaml", "maniskill", "RPD"),
+                                          _sim("opd_pickcube_state.yaml", "maniskill", "OPD"),
+                                          _sim("rpd_pickcube_state.yaml", "maniskill", "RPD")])
 def test_teacher_guided_gpu_configs_dry_run(name, sim, algo, request):
     request.getfixturevalue(f"need_{sim}")
     out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
     assert out["dry_run"] == "ok" and out["algo_built"] == algo
+
+
+@pytest.mark.libero
+def test_libero_dry_run_prints_only_json(need_libero):
+    """LIBERO print()s its task order on import of a suite; the dry run's stdout stays one JSON document."""
+    import json
+
+    from tests.conftest import run_cli
+
+    proc = run_cli("train", "configs/pi0_ppo_libero.yaml", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["dry_run"] == "ok"
