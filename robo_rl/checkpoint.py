@@ -34,16 +34,50 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via temp file + fsync + rename."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def check_replaceable(path: Path, is_ours: Any, what: str) -> None:
+    """One-line error unless ``path`` may be (re)written as a ``what`` directory: it does not exist, is an
+    empty directory, or ``is_ours(path)`` says it is one already. Anything else (a user's directory,
+    ``.``) is never deleted."""
+    path = Path(path)
+    if path.name in ("", ".", "..") or path.resolve() == Path.cwd().resolve():
+        raise CheckpointError(f"'{path}' is not a place for a new {what}; pass a new directory name")
+    if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or is_ours(path))):
+        raise CheckpointError(f"'{path}' exists and is not a {what}; refusing to overwrite it (choose another path)")
+
+
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Move the fully written directory ``tmp`` to ``path`` crash-safely: every file and ``tmp`` fsynced,
+    an existing ``path`` moved aside (never deleted before the swap), renamed, the parent fsynced, then
+    the old copy removed. ``tmp`` must be on ``path``'s filesystem (a sibling)."""
+    for f in tmp.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(tmp)
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],

@@ -171,6 +171,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _emit_eval(result: dict, path: str | None) -> None:
     """Print an evaluation's JSON and, with ``--out``, write it atomically (the file ``robo-rl compare`` reads)."""
     text = json.dumps(result, indent=2)
+    print(text, flush=True)  # first: a failed write below never loses the results
     if path:
         from robo_rl.checkpoint import atomic_write_text
 
@@ -178,8 +179,8 @@ def _emit_eval(result: dict, path: str | None) -> None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(Path(path), text + "\n")
         except OSError as err:
-            raise RoboRLError(f"cannot write '{path}' ({err.strerror}); pass --out in a writable place") from None
-    print(text)
+            raise RoboRLError(f"cannot write '{path}' ({err.strerror}); the results are printed above; pass --out "
+                              "in a writable place") from None
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -413,6 +414,10 @@ def cmd_vla(args: argparse.Namespace) -> int:
 
     if args.action_dim < 1 or args.image_size < 32:
         raise RoboRLError("--action-dim must be >= 1 and --image-size >= 32")
+    from robo_rl.checkpoint import check_replaceable
+    from vla.openvla.checkpoint import is_robo_rl_dir
+
+    check_replaceable(Path(args.out), is_robo_rl_dir, "robo-rl OpenVLA checkpoint")  # before the slow build
     path = build_mini(args.out, image_size=args.image_size, action_dim=args.action_dim, llm_layers=args.llm_layers)
     print(json.dumps({"out": str(path)}))
     return 0

@@ -209,7 +209,8 @@ def read_yaml(path: str | Path, example: str = "configs/quickstart.yaml") -> dic
     expected, named in the error)."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file '{p}' does not exist; pass a YAML file such as {example}")
+        what = "is a directory, not a YAML file" if p.is_dir() else "does not exist"
+        raise ConfigError(f"config file '{p}' {what}; pass a YAML file such as {example}")
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as err:

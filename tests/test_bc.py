@@ -198,6 +198,33 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     # the written files pair up: same seeds and --num-envs, so gated vs off is a paired comparison
     proc = run_cli("compare", "--a", str(tmp_path / "steer_off_1.0.json"), "--b", str(tmp_path / "steer_gated_1.0.json"))
     assert proc.returncode == 0 and json.loads(proc.stdout)["episodes"] == 2, proc.stderr[-2000:]
+
+    # bad steering input: one line each, before any rollout or fitting, and nothing of the user's overwritten
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    small = tmp_path / "small.npz"  # a log of another image size
+    np.savez(small, rgb=np.zeros((6, 1, 8, 8, 3), np.uint8), actions=np.zeros((6, 3, 8), np.float32),
+             rtg=np.zeros(6, np.float32), failed=np.zeros(6, bool), episode=np.repeat(np.arange(2), 3),
+             instruction=np.array(["pick"] * 6))
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 truncated")
+    (tmp_path / "bad_steering").mkdir()
+    (tmp_path / "bad_steering" / "steering.json").write_text("{not json")
+    sft = str(tmp_path / "sft")
+    for argv, fragment in (
+            (["fit", sft, "--log", str(log), "--out", str(tmp_path / "mine")], "exists and is not a steering directory"),
+            (["fit", sft, "--log", str(log), "--out", str(tmp_path / "b"), "--beta", "-1"], "beta=-1.0: the steering scale"),
+            (["fit", sft, "--log", str(log), "--out", str(tmp_path / "b"), "--steps", "0"], "--steps 0 must be >= 1"),
+            (["fit", sft, "--log", str(small), "--out", str(tmp_path / "b")], "has images (1, 8, 8, 3) but the base policy takes"),
+            (["fit", sft, "--log", str(tmp_path / "broken.npz"), "--out", str(tmp_path / "b")], "is not a readable .npz"),
+            (["eval", sft, "--steering", str(tmp_path / "bad_steering"), "--episodes", "1"], "unusable steering.json"),
+            (["eval", sft, "--steering", str(tmp_path / "steering"), "--episodes", "0"], "--episodes 0 must be >= 1"),
+            (["collect", sft, "--episodes", "0", "--out", str(tmp_path / "c.npz")], "--episodes 0 must be >= 1"),
+            (["collect", sft, "--episodes", "1", "--explore", "nan", "--out", str(tmp_path / "c.npz")], "finite number >= 0"),
+            (["collect", sft, "--episodes", "1", "--out", str(tmp_path / "mine")], "is a directory; pass a file path")):
+        proc = run_cli("steer", *argv)
+        assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr[-2000:])
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep" and not (tmp_path / "b").exists()
+    assert not (tmp_path / "c.npz").exists()
     proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"), "--beta", "0")
     assert proc.returncode == 2 and "steering scale" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))

@@ -169,6 +169,9 @@ def test_youden_threshold_and_config_checks():
         SteeringConfig(advantage="gae", gae_lambda=1.5)
     with pytest.raises(ValueError, match="returns"):
         SteeringConfig(returns="shaped")
+    for beta in (-1.0, 0.0, float("nan")):
+        with pytest.raises(ValueError, match="steering scale must be a finite number > 0"):
+            SteeringConfig(beta=beta)
 
 
 def test_success_returns_rank_an_early_success_above_a_long_failure():
@@ -223,6 +226,16 @@ def test_logs_pool_with_distinct_episodes_and_mismatched_logs_are_refused(tmp_pa
         load_logs([write("a.npz", 2), write("c.npz", 1, size=16)])
     with pytest.raises(ConfigError, match="does not exist"):
         load_logs([str(tmp_path / "nope.npz")])
+    (tmp_path / "cut.npz").write_bytes(b"PK\x03\x04 truncated")
+    np.save(tmp_path / "arr.npy", np.zeros(3))
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    np.savez(tmp_path / "ragged.npz", rgb=np.zeros((4, 1, 8, 8, 3), np.uint8), actions=np.zeros((4, 2, 7), np.float32),
+             rtg=np.zeros(3, np.float32), failed=np.zeros(4, bool), episode=np.zeros(4, int), instruction=np.array(["p"] * 4))
+    for name, fragment in (("cut.npz", "is not a readable .npz"), ("arr.npy", "is not a readable .npz"),
+                           ("other.npz", "lacks actions, episode, failed, instruction, rgb, rtg"),
+                           ("ragged.npz", "has inconsistent arrays")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_logs([str(tmp_path / name)])
 
 
 def _fit_mean(s: SteeredPi0Policy, obs: dict, actions: torch.Tensor, adv: torch.Tensor, steps: int) -> None:

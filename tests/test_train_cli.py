@@ -207,7 +207,8 @@ def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path,
     """A teacher, dataset or init_from that is not there is named by its key before the run directory is
     made, so fixing the path and rerunning works; --dry-run lists such paths without failing."""
     for cfg, extra, fragment in (
-            ("opd_pushcube_state.yaml", [f"algo.teacher={tmp_path / 'no-teacher'}"], "config algo.teacher '"),
+            ("opd_pushcube_state.yaml", [f"algo.teacher={tmp_path / 'no-teacher'}", "run.init_from=null"],
+             "config algo.teacher '"),
             ("quickstart.yaml", [f"run.init_from={tmp_path / 'nope'}"], "config run.init_from '"),
             ("bc_mlp_pushcube_few.yaml", [f"algo.dataset={tmp_path / 'no.h5'}"], "config algo.dataset '")):
         err = _one_line_error(run_cli("train", f"configs/{cfg}", *extra, f"run.out_dir={tmp_path / 'runs'}",
@@ -216,9 +217,10 @@ def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path,
         assert not (tmp_path / "runs").exists()
     (tmp_path / "not-a-run").mkdir()
     err = _one_line_error(run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'not-a-run'}",
-                                  f"run.out_dir={tmp_path / 'runs'}", timeout=120))
+                                  "run.init_from=null", f"run.out_dir={tmp_path / 'runs'}", timeout=120))
     assert "config key 'algo.teacher': no checkpoint found" in err and not (tmp_path / "runs").exists()
-    proc = run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'no-teacher'}", "--dry-run")
+    proc = run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'no-teacher'}",
+                   "run.init_from=null", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["inputs_missing_here"] == [f"algo.teacher '{tmp_path / 'no-teacher'}'"]
 

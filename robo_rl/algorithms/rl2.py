@@ -36,6 +36,7 @@ Shapes: x (B, T, A); t (B,); z (B, T, D); features (B, F).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,8 @@ class SteeringConfig:
             raise ValueError(f"SteeringConfig.gae_lambda={self.gae_lambda}: GAE lambda is in [0, 1]")
         if not self.temperature > 0:
             raise ValueError(f"SteeringConfig.temperature={self.temperature}: the advantage temperature must be > 0")
+        if not (self.beta > 0 and math.isfinite(self.beta)):
+            raise ValueError(f"SteeringConfig.beta={self.beta}: the steering scale must be a finite number > 0")
 
 
 class VelocityHead(nn.Module):

@@ -19,13 +19,15 @@ import dataclasses
 import json
 import logging
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from robo_rl.errors import ConfigError
+from robo_rl.checkpoint import _fsync_dir, check_replaceable, replace_dir
+from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.rollout.buffer import obs_to_torch
 from robo_rl.runners.build import build_env, policy_from_checkpoint, to_env_actions, with_num_envs
 
@@ -46,10 +48,50 @@ def _env_cfg(checkpoint: str, overrides: list[str], num_envs: int | None) -> Any
 
 
 def _flow_policy(checkpoint: str) -> Any:
-    policy, _, _ = policy_from_checkpoint(checkpoint)
+    return _flow_policy_and_spec(checkpoint)[0]
+
+
+def _flow_policy_and_spec(checkpoint: str) -> tuple[Any, dict[str, Any]]:
+    """(the checkpoint's flow policy, its obs spec)."""
+    policy, obs_spec, _ = policy_from_checkpoint(checkpoint)
     if not hasattr(getattr(policy, "model", None), "velocity"):
         raise ConfigError(f"'{checkpoint}' holds a {type(policy).__name__}; RL^2 steering needs a flow (pi0) policy")
-    return policy
+    return policy, obs_spec
+
+
+def _check_counts(what: str, **counts: int) -> None:
+    """``episodes`` >= 1, ``steps`` >= 1, ``seed`` >= 0: one-line errors naming the flag."""
+    for name, value in counts.items():
+        least = 0 if name == "seed" else 1
+        if value < least:
+            raise ConfigError(f"{what} --{name} {value} must be >= {least}")
+
+
+def _check_out_file(out: str, what: str) -> None:
+    """A log file can be written at ``out``: not a directory, under a directory that exists or can be made."""
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"{what} '{out}' is a directory; pass a file path such as '{path / 'log.npz'}'")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ConfigError(f"{what} '{out}': '{parent}' is not a writable directory; pass --out in a writable place")
+
+
+def _is_steering_dir(path: Path) -> bool:
+    return (path / "steering.json").is_file()
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf (e.g. an AUROC of a log with one outcome) as null: strict JSON readers reject NaN."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 class ActionExploration:
@@ -88,9 +130,11 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
     moves a chunk little (its actions barely vary at one observation), so its logs hold almost no action
     variation for the advantage weighting to choose from; a held offset explores the systematic corrections
     an OOD shift needs (one episode, one direction), which per-step noise averages away."""
-    if explore < 0 or explore_per not in ("episode", "call"):
-        raise ConfigError(f"steer collect --explore {explore} --explore-per {explore_per!r}: the scale is >= 0 and the "
-                          "offset is held per 'episode' or per 'call'")
+    if not (np.isfinite(explore) and explore >= 0) or explore_per not in ("episode", "call"):
+        raise ConfigError(f"steer collect --explore {explore} --explore-per {explore_per!r}: the scale is a finite "
+                          "number >= 0 and the offset is held per 'episode' or per 'call'")
+    _check_counts("steer collect", episodes=episodes, seed=seed)
+    _check_out_file(out, "steer collect --out")
     policy = _flow_policy(checkpoint)
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
     explorer = ActionExploration(explore * policy.action_std[: policy.action_dim].cpu().numpy(), env.num_envs,
@@ -135,12 +179,37 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
     if kept[0]["state"] is not None:
         arrays["state"] = np.stack([r["state"] for r in kept]).astype(np.float32)
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(tmp, **arrays)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise RoboRLError(f"cannot write steering log '{path}' ({err.strerror or err}); pass --out in a writable place") from None
     return {"out": str(path), "episodes": done_eps, "success_rate": successes / max(1, done_eps), "calls": len(kept),
             "explore": explore, "explore_per": explore_per}
+
+
+LOG_KEYS = frozenset({"rgb", "actions", "rtg", "failed", "episode", "instruction"})
+"""Arrays every ``steer collect`` log holds (``state`` too when the env observes it)."""
+
+
+def check_log_fits(data: dict[str, np.ndarray], policy: Any, obs_spec: dict[str, Any], where: str) -> None:
+    """The log's images and actions have the base policy's shapes (``obs_spec``: its checkpoint's; a log of
+    another env setup would fail deep inside the model): one-line error naming both."""
+    want = tuple(obs_spec["rgb"].shape) if "rgb" in obs_spec else None
+    got = tuple(data["rgb"].shape[1:])
+    if want is not None and got != want:
+        raise ConfigError(f"steering log {where} has images {got} but the base policy takes {want}; collect the log "
+                          "with this checkpoint and its env settings")
+    dim = int(getattr(policy, "action_dim", data["actions"].shape[-1]))
+    if data["actions"].shape[-1] != dim:
+        raise ConfigError(f"steering log {where} has {data['actions'].shape[-1]}-D actions but the base policy acts in "
+                          f"{dim}-D; collect the log with this checkpoint")
 
 
 def load_logs(paths: list[str | Path]) -> dict[str, np.ndarray]:
@@ -151,7 +220,23 @@ def load_logs(paths: list[str | Path]) -> dict[str, np.ndarray]:
     for path in paths:
         if not Path(path).is_file():
             raise ConfigError(f"steering log '{path}' does not exist; write one with 'robo-rl steer collect'")
-        parts.append(dict(np.load(path)))
+        try:
+            npz = np.load(path)
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise ValueError(f"a single {type(npz).__name__}, not an archive of named arrays")
+            with npz:
+                part = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, zipfile.BadZipFile) as err:  # npy, truncated zip, not numpy
+            raise ConfigError(f"steering log '{path}' is not a readable .npz from 'robo-rl steer collect' "
+                              f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+        missing = sorted(LOG_KEYS - set(part))
+        if missing:
+            raise ConfigError(f"steering log '{path}' lacks {', '.join(missing)}; write it with 'robo-rl steer collect'")
+        n = len(part["rtg"])
+        if n == 0 or any(len(part[k]) != n for k in part) or part["rgb"].ndim != 5 or part["actions"].ndim < 2:
+            raise ConfigError(f"steering log '{path}' has inconsistent arrays ({', '.join(f'{k} {part[k].shape}' for k in sorted(part))}); "
+                              "expected N rows of rgb (N, V, H, W, 3), actions (N, ..., A) and the rest (N,)")
+        parts.append(part)
     keys = set(parts[0])
     for path, part in zip(paths[1:], parts[1:]):
         if set(part) != keys or part["rgb"].shape[1:] != parts[0]["rgb"].shape[1:]:
@@ -231,6 +316,12 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
 
     if tau != "auto" and not isinstance(tau, (int, float)):
         raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
+    _check_counts("steer fit", steps=steps, seed=seed)
+    target = Path(out)
+    try:
+        check_replaceable(target, _is_steering_dir, "steering directory")  # before the fit, not after it
+    except CheckpointError as err:
+        raise ConfigError(f"steer fit --out: {err}") from None
     paths = [str(log_path)] if isinstance(log_path, (str, Path)) else [str(p) for p in log_path]
     data = load_logs(paths)
     try:
@@ -238,11 +329,15 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     except ValueError as err:
         raise ConfigError(f"steer fit: {err}") from None
     torch.manual_seed(seed)  # before the heads are built: their initialization is part of the fit
-    model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
+    base, obs_spec = _flow_policy_and_spec(checkpoint)
+    check_log_fits(data, base, obs_spec, ", ".join(f"'{p}'" for p in paths))
+    model = SteeredPi0Policy(base, cfg)
     rng = np.random.default_rng(seed)
     train_idx, val_idx = _episode_split(data["episode"], val_fraction, rng)
     fail_paths = [str(p) for p in fail_log] if fail_log else paths
     fail_data = load_logs(fail_paths) if fail_log else data
+    if fail_log:
+        check_log_fits(fail_data, base, obs_spec, ", ".join(f"'{p}'" for p in fail_paths))
     f_train, f_val = _episode_split(fail_data["episode"], val_fraction, rng) if fail_log else (train_idx, val_idx)
     failed = torch.from_numpy(data["failed"].astype(np.float32))
     f_failed = torch.from_numpy(fail_data["failed"].astype(np.float32))
@@ -298,19 +393,24 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         cfg = dataclasses.replace(cfg, tau=youden_threshold(torch.sigmoid(scores[calib]), f_failed[calib]))
         model.cfg = cfg
     summary["config"] = cfg.__dict__
-    target = Path(out)
-    if target.exists() and not (target / "steering.json").is_file():
-        raise ConfigError(f"'{target}' exists and is not a steering directory; choose another --out")
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=False)
-    save_file({f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
-              | {f"fail.{k}": v.contiguous() for k, v in model.fail.state_dict().items()}, str(tmp / "heads.safetensors"))
-    (tmp / "steering.json").write_text(json.dumps(summary, indent=2))
-    if target.exists():
-        import shutil
+    summary = _json_safe(summary)
+    import shutil
+    import tempfile
 
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            save_file({f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
+                      | {f"fail.{k}": v.contiguous() for k, v in model.fail.state_dict().items()},
+                      str(tmp / "heads.safetensors"))
+            (tmp / "steering.json").write_text(json.dumps(summary, indent=2))  # last: marks a complete directory
+            replace_dir(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as err:
+        raise RoboRLError(f"cannot write steering directory '{target}' ({err.strerror or err}); pass --out in a "
+                          "writable place") from None
     return summary
 
 
@@ -325,18 +425,36 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, b
     meta_path = Path(steering_dir) / "steering.json"
     if not meta_path.is_file():
         raise ConfigError(f"'{steering_dir}' is not a steering directory (no steering.json); write one with 'robo-rl steer fit'")
-    saved = json.loads(meta_path.read_text())["config"]
-    saved.setdefault("baseline", False)  # written before the advantage-shift head: one plain head
-    saved.setdefault("shared_head", False)  # written before the shared (flag-conditioned) head: two nets
-    cfg = SteeringConfig(**saved)
+    from safetensors import SafetensorError
+
+    try:
+        saved = json.loads(meta_path.read_text())["config"]
+        saved.setdefault("baseline", False)  # written before the advantage-shift head: one plain head
+        saved.setdefault("shared_head", False)  # written before the shared (flag-conditioned) head: two nets
+        cfg = SteeringConfig(**saved)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"steering directory '{steering_dir}' has an unusable steering.json ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''}); fit it again with 'robo-rl steer fit'") from None
     if tau is not None:
         cfg = dataclasses.replace(cfg, tau=tau)
     if beta is not None:
         cfg = dataclasses.replace(cfg, beta=beta)
     model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
-    state = load_file(str(Path(steering_dir) / "heads.safetensors"))
-    model.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
-    model.fail.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("fail.")})
+    heads = Path(steering_dir) / "heads.safetensors"
+    try:
+        state = load_file(str(heads))
+    except (OSError, SafetensorError) as err:
+        raise CheckpointError(f"steering weights '{heads}' are missing or corrupt ({str(err).splitlines()[0]}); fit "
+                              "again with 'robo-rl steer fit'") from None
+    for name, module in (("head", model.head), ("fail", model.fail)):
+        part = {k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")}
+        own = module.state_dict()
+        bad = sorted(set(own) ^ set(part)) or sorted(k for k in own if tuple(own[k].shape) != tuple(part[k].shape))
+        if bad:
+            raise CheckpointError(f"steering directory '{steering_dir}' does not fit base '{checkpoint}' ({name}.{bad[0]} "
+                                  f"differs); it was fit on {json.loads(meta_path.read_text()).get('base')!r}: "
+                                  "pass that checkpoint, or fit again on this one")
+        module.load_state_dict(part)
     return model.eval()
 
 
@@ -356,6 +474,7 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
         raise ConfigError(f"steer eval --tau {tau}: a probability in [0, 1], and only with --mode gated")
     if beta is not None and not (beta > 0 and np.isfinite(beta)):
         raise ConfigError(f"steer eval --beta {beta}: the steering scale must be a finite number > 0 (use --mode off for none)")
+    _check_counts("steer eval", episodes=episodes, seed=seed)
     model = load_steered(checkpoint, steering_dir, taus[mode], beta)
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
     try:

@@ -305,3 +305,29 @@ def test_mobilenet_folded_conv_bn_equals_conv_then_batchnorm():
         grads.append((conv.weight.grad.clone(), bn.weight.grad.clone(), bn.bias.grad.clone()))
     for g_fold, g_ref in zip(*grads):
         torch.testing.assert_close(g_fold, g_ref, atol=1e-4, rtol=1e-3)
+
+
+def test_save_refuses_other_directories_and_load_refuses_inconsistent_norm_stats(tmp_path, monkeypatch):
+    """save_pretrained replaces only a robo-rl OpenVLA directory (never a user's directory, never '.'), and
+    a checkpoint whose norm stats have another action dim than its model is refused on load."""
+    import json
+
+    p = OpenVLAPolicy(OpenVLAConfig(), {"rgb": ArraySpec((1, 40, 40, 3), "uint8")}, SPEC).eval()
+    saved = p.save_pretrained(tmp_path / "ckpt")
+    p.save_pretrained(tmp_path / "ckpt")  # our own: replaced, nothing left beside it
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["ckpt"]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(CheckpointError, match="exists and is not a robo-rl OpenVLA checkpoint; refusing to overwrite"):
+        p.save_pretrained(tmp_path / "mine")
+    monkeypatch.chdir(tmp_path / "mine")
+    with pytest.raises(CheckpointError, match="not a place for a new robo-rl OpenVLA checkpoint"):
+        p.save_pretrained(".")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    cfg = json.loads((saved / "config.json").read_text())
+    stats = cfg["norm_stats"]["robo_rl"]["action"]
+    for key in ("q01", "q99", "mask"):
+        stats[key] = stats[key][:-1]
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"has \d+-D norm_stats but its model decodes \d+-D actions"):
+        OpenVLAPolicy(OpenVLAConfig(checkpoint=str(saved)))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -160,6 +159,9 @@ def _load_ours(path: Path, cfg: dict[str, Any], unnorm_key: str | None) -> Loade
     if arch.llm.tie_embeddings:
         model.language_model.tie_weights()
     stats = NormStats.from_norm_stats(cfg["norm_stats"], unnorm_key) if cfg.get("norm_stats") else None
+    if stats is not None and stats.action_dim != arch.action_dim:
+        raise CheckpointError(f"'{path}/config.json' has {stats.action_dim}-D norm_stats but its model decodes "
+                              f"{arch.action_dim}-D actions; the checkpoint is inconsistent")
     return Loaded(model, _tokenizer(path), stats, cfg.get("append_token_id"))
 
 
@@ -167,7 +169,10 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
     """Write ``policy.model`` (+ norm stats, tokenizer) as a robo-rl VLA directory, atomically."""
     from safetensors.torch import save_file
 
+    from robo_rl.checkpoint import check_replaceable, replace_dir
+
     path = Path(path)
+    check_replaceable(path, is_robo_rl_dir, "robo-rl OpenVLA checkpoint")
     model: OpenVLAModel = policy.model
     arch = dataclasses.asdict(model.arch)
     cfg = {"format": OUR_FORMAT, "version": 1, "arch": arch, "norm_stats": {"robo_rl": policy.norm_stats.to_dict()},
@@ -185,18 +190,21 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         if isinstance(policy.text, HFTokenizer):
             policy.text.save(tmp)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        replace_dir(tmp, path)
     finally:
         for layer in lora:
             layer.unmerge()
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def is_robo_rl_dir(path: Path) -> bool:
+    """Whether ``path`` holds a robo-rl OpenVLA-style directory (its config.json says so)."""
+    try:
+        return json.loads((path / "config.json").read_text()).get("format") == OUR_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _base_name(key: str) -> str:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -236,12 +235,12 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
     into place (an existing robo-rl pi0 directory there is replaced; anything else is refused)."""
     from safetensors.torch import save_file
 
+    from robo_rl.checkpoint import check_replaceable, replace_dir
+
     path = Path(path)
-    if path.exists() and not (path.is_dir() and ((path / META_FILE).is_file() or not any(path.iterdir()))):
-        raise CheckpointError(f"'{path}' exists and is not a robo-rl pi0 checkpoint; refusing to overwrite it")
+    check_replaceable(path, lambda p: (p / META_FILE).is_file(), "robo-rl pi0 checkpoint")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
     try:
         policy.model.hf.save_pretrained(str(tmp))
         heads = {f"{n}.{k}": v.detach().cpu().contiguous() for n in HEAD_MODULES
@@ -253,21 +252,9 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
                 "model_cameras": int(policy.model.arch.cameras),
                 "norm": {k: getattr(policy, k).detach().cpu().tolist() for k in NORM_KEYS}}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))  # last: marks a complete directory
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-        if path.exists():
-            os.replace(path, old)  # never a half-written directory at `path`
-        os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        replace_dir(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
     return path
 
 
