@@ -85,25 +85,29 @@ def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], train
     """Save a checkpoint for env step ``step`` and point ``latest`` at it; keep it and the ``keep - 1``
     highest steps below it."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
+    restore_moved_aside(ckpt_root)  # a crash mid re-save earlier (the writer's side: readers never rename)
     final = ckpt_root / f"step_{step:010d}"
     tmp = ckpt_root / f".step_{step:010d}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    old_copy = ckpt_root / f".step_{step:010d}.old-{os.getpid()}"
+    moved = False
     try:
         _write_checkpoint_dir(tmp, model_state, trainer_state, meta)
-    except BaseException:  # a failed write leaves no half-written copy of the weights behind
+        if final.exists():  # same step saved again: move the old copy aside, never delete it before the swap
+            if old_copy.exists():
+                shutil.rmtree(old_copy)
+            os.replace(final, old_copy)
+            moved = True
+        os.replace(tmp, final)
+    except BaseException:  # a failed write leaves no half-written copy behind and the old copy in place
+        if moved and not final.exists():
+            os.replace(old_copy, final)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old_copy = None
-    if final.exists():  # same step saved again: move the old copy aside, never delete it before the swap
-        old_copy = ckpt_root / f".step_{step:010d}.old-{os.getpid()}"
-        if old_copy.exists():
-            shutil.rmtree(old_copy)
-        os.replace(final, old_copy)
-    os.replace(tmp, final)
     _fsync_dir(ckpt_root)
-    if old_copy is not None:
+    if moved:
         shutil.rmtree(old_copy, ignore_errors=True)
     atomic_write_text(ckpt_root / "latest", final.name + "\n")
     # Prune older steps only: the one just written always stays, and steps above it (left by a run
@@ -139,12 +143,22 @@ def _step_of(p: Path) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _restore_moved_aside(root: Path) -> None:
-    """A crash while re-saving a step can leave its old copy only at ``.step_N.old-PID``: put it back."""
+def _moved_aside(root: Path) -> dict[str, Path]:
+    """``step_N`` name -> its old copy ``.step_N.old-PID`` where ``step_N`` itself is missing (a crash
+    while re-saving that step)."""
+    out = {}
     for old in sorted(root.glob(".step_*.old-*")):
-        final = root / old.name[1:].rsplit(".old-", 1)[0]
-        if old.is_dir() and (old / "meta.json").is_file() and not final.exists():
-            os.replace(old, final)
+        name = old.name[1:].rsplit(".old-", 1)[0]
+        if old.is_dir() and (old / "meta.json").is_file() and not (root / name).exists():
+            out[name] = old
+    return out
+
+
+def restore_moved_aside(root: Path) -> None:
+    """Put old copies of :func:`_moved_aside` back at ``step_N`` (the run's writer does this: before a
+    save and on resume; readers of a run only read them)."""
+    for name, old in _moved_aside(root).items():
+        os.replace(old, root / name)
 
 
 def resolve(path: str | Path) -> Path:
@@ -155,17 +169,19 @@ def resolve(path: str | Path) -> Path:
     if (p / "meta.json").is_file():
         return p
     root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
-    if root.is_dir():
-        _restore_moved_aside(root)
+    aside = _moved_aside(root) if root.is_dir() else {}
     latest = root / "latest"
     if latest.is_file():
         try:
-            cand = root / latest.read_text().strip()
+            name = latest.read_text().strip()
         except (OSError, ValueError):  # unreadable pointer: fall back to the highest step
-            cand = None
-        if cand is not None and (cand / "meta.json").is_file():
-            return cand
-    cands = sorted(c for c in root.glob("step_*") if (c / "meta.json").is_file())
+            name = ""
+        if name and (root / name / "meta.json").is_file():
+            return root / name
+        if name in aside:  # its writer crashed mid re-save: read the old copy where it lies
+            return aside[name]
+    cands = sorted([c for c in root.glob("step_*") if (c / "meta.json").is_file()] + list(aside.values()),
+                   key=lambda c: c.name.lstrip(".").split(".old-")[0])
     if not cands:
         raise CheckpointError(f"no checkpoint found under '{p}' (expected checkpoints/step_*/meta.json)")
     return cands[-1]

@@ -341,8 +341,10 @@ def cmd_demos(args: argparse.Namespace) -> int:
                 meta["robot_uids"] = args.robot
     meta.update(seed=args.seed, attempts=attempts[0], expert_success_rate=successes[0] / max(1, attempts[0]))
     if not eps:
-        raise RoboRLError(f"the expert succeeded in none of {attempts[0]} attempts on {args.task}, so --only-success "
-                          "kept nothing and no file was written; try other --seed values or drop --only-success")
+        why = (f"the expert succeeded in none of {attempts[0]} attempts on {args.task}, so --only-success kept nothing"
+               if args.only_success and attempts[0] else f"the expert produced no episode on {args.task} (no plan found)")
+        raise RoboRLError(f"{why}; no file was written; try other --seed values"
+                          + (" or drop --only-success" if args.only_success else ""))
     try:
         path = write_episodes(args.out, eps, meta)
     except OSError as err:

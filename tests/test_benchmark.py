@@ -170,11 +170,15 @@ def test_resume_refuses_another_task_set_and_allows_another_env_count(fake_sim, 
     n = len(fake_sim)
     assert evaluate_benchmark("random", "maniskill-id", 4, out, num_envs=2, block=2, task="PushCube-v1") == a
     assert len(fake_sim) == n  # everything was resumed
-    # a file without the identity keys (an older robo-rl) is not resumed blindly
+    # a file without the identity keys (an older robo-rl) resumes on its other keys and records them on rewrite
     old = json.loads((tmp_path / "r.json").read_text())
     (tmp_path / "old.json").write_text(json.dumps({k: v for k, v in old.items() if k not in ("task_set", "env")}))
-    with pytest.raises(ConfigError, match="written by an older robo-rl"):
-        evaluate_benchmark("random", "maniskill-id", 4, str(tmp_path / "old.json"), num_envs=1, block=2, task="PushCube-v1")
+    assert evaluate_benchmark("random", "maniskill-id", 4, str(tmp_path / "old.json"), num_envs=1, block=2,
+                              task="PushCube-v1") == a
+    assert len(fake_sim) == n and json.loads((tmp_path / "old.json").read_text())["task_set"] == ["PushCube-v1"]
+    with pytest.raises(ConfigError, match="holds another evaluation"):  # its other keys still decide
+        evaluate_benchmark("random", "maniskill-id", 4, str(tmp_path / "old.json"), num_envs=1, block=2, seed=7,
+                           task="PushCube-v1")
     # the same task in an env configured otherwise: the differing key is named
     old = json.loads((tmp_path / "r.json").read_text())
     old["env"]["max_episode_steps"] = 50

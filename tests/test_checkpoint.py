@@ -96,7 +96,28 @@ def test_crash_while_resaving_a_step_restores_the_moved_aside_copy(tmp_path):
     root = tmp_path / "checkpoints"
     c = _save(root, 100, _model())
     c.rename(root / ".step_0000000100.old-12345")  # crashed between moving it aside and the swap
-    assert ck.resolve(tmp_path).name == "step_0000000100"
+    assert ck.resolve(tmp_path).name == ".step_0000000100.old-12345"  # readers read it where it lies
+    assert ck.load_trainer_state(ck.resolve(tmp_path))["x"] == 100
+    assert not (root / "step_0000000100").exists()
+    _save(root, 200, _model())  # the run's writer puts it back first
+    assert sorted(p.name for p in root.glob("*step_*")) == ["step_0000000100", "step_0000000200"]
+
+
+def test_failed_swap_of_a_resaved_step_puts_the_old_copy_back(tmp_path, monkeypatch):
+    root = tmp_path / "checkpoints"
+    _save(root, 100, _model())
+    real = ck.os.replace
+
+    def fail_on_swap(src, dst):
+        if ".tmp-" in str(src):
+            raise OSError("disk gone")
+        real(src, dst)
+
+    monkeypatch.setattr(ck.os, "replace", fail_on_swap)
+    with pytest.raises(OSError):
+        _save(root, 100, _model())
+    monkeypatch.undo()
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_0000000100"]
     assert ck.load_trainer_state(ck.resolve(tmp_path))["x"] == 100
 
 

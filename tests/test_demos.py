@@ -318,3 +318,26 @@ def test_more_malformed_files_and_unwritable_episodes_are_one_line_errors(tmp_pa
     with pytest.raises(DatasetError, match=r"obs/state has 4 steps, expected T\+1 = 5"):
         write_episodes(tmp_path / "f.h5", [short], {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5", "e.h5"]  # nothing written, no temp file
+
+
+def test_demos_that_keep_no_episode_write_nothing_and_say_why(tmp_path, monkeypatch, capsys):
+    """Logic only (the expert faked): no episode kept -> one line, no file; the reason depends on --only-success."""
+    import sims.maniskill.experts as ex
+    from robo_rl.cli import main
+
+    def generate(*a, on_episode=None, only_success=False, **k):
+        for seed in range(2):
+            ep = _episode(seed=seed)
+            ep.success[:] = False
+            if on_episode:
+                on_episode(ep, not only_success)
+            if not only_success:
+                yield ep
+
+    monkeypatch.setattr(ex, "generate", lambda *a, **k: iter(()))
+    assert main(["demos", "generate", "--episodes", "2", "--out", str(tmp_path / "a.h5")]) == 2
+    assert "the expert produced no episode on PickCube-v1" in capsys.readouterr().err
+    monkeypatch.setattr(ex, "generate", generate)
+    assert main(["demos", "generate", "--episodes", "2", "--only-success", "--out", str(tmp_path / "a.h5")]) == 2
+    assert "succeeded in none of 2 attempts on PickCube-v1, so --only-success kept nothing" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -220,9 +220,11 @@ def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path,
                                   "run.init_from=null", f"run.out_dir={tmp_path / 'runs'}", timeout=120))
     assert "config key 'algo.teacher': no checkpoint found" in err and not (tmp_path / "runs").exists()
     proc = run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'no-teacher'}",
-                   "run.init_from=null", "--dry-run")
+                   "run.init_from=null", "env.worker_cpus=[998]", "run.policy_cpus=[999]", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout)["inputs_missing_here"] == [f"algo.teacher '{tmp_path / 'no-teacher'}'"]
+    out = json.loads(proc.stdout)  # a config for another machine: what this one lacks is listed, not fatal
+    assert out["inputs_missing_here"] == [f"algo.teacher '{tmp_path / 'no-teacher'}'"]
+    assert "'env.worker_cpus' = [998] names CPUs [998]" in out["cpus_missing_here"]
 
 
 def test_offline_runs_refuse_keys_they_would_ignore(tmp_path):

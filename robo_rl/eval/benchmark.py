@@ -180,11 +180,10 @@ def _resumable(path: Path, header: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(old, dict) or not isinstance(old.get("tasks"), dict):
         raise ConfigError(f"'{path}' exists but is not a robo-rl benchmark results file (no 'tasks' object); delete "
                           "it or pick another --out")
-    if "task_set" not in old or "env" not in old:
-        raise ConfigError(f"'{path}' was written by an older robo-rl (no task_set/env to check it is the same "
-                          "evaluation); delete it or pick another --out")
     diffs = []
     for k, new in header.items():
+        if k in ("task_set", "env") and k not in old:  # a file from before they were recorded: its other keys
+            continue                                    # decide, and its next write records them
         was = old.get(k)
         if was == new:
             continue

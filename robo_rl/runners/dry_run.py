@@ -5,8 +5,8 @@ their CPU equivalents), the policy from its pretrained checkpoint when that is h
 (``_READ_LIMIT``), else on the ``meta`` device from ``policy.arch`` (no weights read, no memory
 allocated; the output says which), and the algorithm on top of it. Config, registry, spec and shape
 errors surface exactly as in a real run, and so do the offline and CPU checks a run makes before
-its run directory exists; input paths missing on this machine (a config meant for another one) are
-listed, not fatal.
+its run directory exists; input paths and pinned CPU ids missing on this machine (a config meant for
+another one) are listed, not fatal.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import Any
 
 import torch
 
+from robo_rl.errors import ConfigError
 from robo_rl.runners.build import build_algorithm, build_env, build_policy
 from robo_rl.runners.config import TrainConfig
 
-# GPU-only env settings and their CPU stand-ins for the dry run (by field name, any simulator).
-_CPU_FIELDS = {"backend": "cpu", "gl": "osmesa", "render_gpu": -1, "render_device": "cpu", "scene_workers": None}
+# Machine-specific env settings (GPUs, pinned cores) and their stand-ins for the dry run (by field name, any simulator).
+_CPU_FIELDS = {"backend": "cpu", "gl": "osmesa", "render_gpu": -1, "render_device": "cpu", "scene_workers": None,
+               "worker_cpus": None}
 # A pretrained checkpoint up to this size is read by the dry run (its architecture is then the real one).
 _READ_LIMIT = 2 * 2**30
 
@@ -43,8 +45,12 @@ def dry_run(cfg: TrainConfig) -> dict[str, Any]:
         from robo_rl.runners.offline import check_offline_config
 
         check_offline_config(cfg)
+    cpus_missing = None
     if cfg.cluster.address is None:
-        check_local_cpus(cfg)
+        try:
+            check_local_cpus(cfg)
+        except ConfigError as err:  # pins for another machine: listed like missing paths, not fatal here
+            cpus_missing = str(err)
     missing = missing_inputs(cfg)
     env = build_env(_cpu_env_cfg(cfg.env))
     try:
@@ -76,4 +82,6 @@ def dry_run(cfg: TrainConfig) -> dict[str, Any]:
            "algo": cfg.algo.name, "algo_built": type(algo).__name__}
     if missing:
         out["inputs_missing_here"] = missing  # a real run here stops at these, before making its run directory
+    if cpus_missing:
+        out["cpus_missing_here"] = cpus_missing
     return out

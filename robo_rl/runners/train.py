@@ -93,6 +93,8 @@ class Trainer:
         self._saved_step = -1
         self._resume_ckpt: Path | None = None
         if resume:
+            if (run_dir / "checkpoints").is_dir():
+                ckpt_io.restore_moved_aside(run_dir / "checkpoints")  # this run's own writer: may rename
             self._resume_ckpt = ckpt_io.resolve(run_dir)
             ckpt_io.read_meta(self._resume_ckpt)  # validate before building anything heavy
         else:
