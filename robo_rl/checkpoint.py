@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +32,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via temp file + fsync + rename."""
+@contextmanager
+def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """A temp path next to ``path`` (ending in ``suffix``, for writers that pick the format by it) for the
+    caller to write one file to; on leaving, the file is fsynced, renamed to ``path`` and the directory
+    fsynced; on an error it is removed and ``path`` is untouched."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        yield tmp
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via temp file + fsync + rename."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -17,7 +17,6 @@ episode and field that is wrong.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,37 +64,28 @@ def write_episodes(path: str | Path, episodes: list[Episode], meta: dict[str, An
     checks it first, so a file is written only if it can be read back; a failed write leaves no temp file."""
     import h5py
 
-    from robo_rl.checkpoint import _fsync_dir
+    from robo_rl.checkpoint import atomic_path
 
     path = Path(path)
     shapes: dict[str, tuple[int, ...]] = {}
     for n, ep in enumerate(episodes):
         _check_episode(ep.obs, ep.actions, ep.rewards, ep.success, f"episode {n} for '{path}'", shapes)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["version"] = VERSION
-            f.attrs["meta"] = json.dumps({**meta, "num_episodes": len(episodes)})
-            for n, ep in enumerate(episodes):
-                g = f.create_group(f"episode_{n:06d}")
-                g.attrs["instruction"] = ep.instruction
-                g.attrs["seed"] = -1 if ep.seed is None else int(ep.seed)
-                g.attrs["success"] = ep.succeeded
-                for k, v in ep.obs.items():
-                    big = v.dtype == np.uint8 and v.ndim >= 3
-                    g.create_dataset(f"obs/{k}", data=v, compression="gzip" if big else None)
-                g.create_dataset("actions", data=ep.actions.astype(np.float32))
-                g.create_dataset("rewards", data=ep.rewards.astype(np.float32))
-                g.create_dataset("success", data=ep.success.astype(bool))
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["version"] = VERSION
+        f.attrs["meta"] = json.dumps({**meta, "num_episodes": len(episodes)})
+        for n, ep in enumerate(episodes):
+            g = f.create_group(f"episode_{n:06d}")
+            g.attrs["instruction"] = ep.instruction
+            g.attrs["seed"] = -1 if ep.seed is None else int(ep.seed)
+            g.attrs["success"] = ep.succeeded
+            for k, v in ep.obs.items():
+                big = v.dtype == np.uint8 and v.ndim >= 3
+                g.create_dataset(f"obs/{k}", data=v, compression="gzip" if big else None)
+            g.create_dataset("actions", data=ep.actions.astype(np.float32))
+            g.create_dataset("rewards", data=ep.rewards.astype(np.float32))
+            g.create_dataset("success", data=ep.success.astype(bool))
     return path
 
 

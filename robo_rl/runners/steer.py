@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.checkpoint import _fsync_dir, check_replaceable, replace_dir
+from robo_rl.checkpoint import atomic_path, check_replaceable, replace_dir
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.rollout.buffer import obs_to_torch
 from robo_rl.runners.build import build_env, policy_from_checkpoint, to_env_actions, with_num_envs
@@ -179,16 +179,11 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
     if kept[0]["state"] is not None:
         arrays["state"] = np.stack([r["state"] for r in kept]).astype(np.float32)
     path = Path(out)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(tmp, **arrays)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        with atomic_path(path, ".npz") as tmp:  # numpy appends .npz to any other name
+            np.savez_compressed(tmp, **arrays)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise RoboRLError(f"cannot write steering log '{path}' ({err.strerror or err}); pass --out in a writable place") from None
     return {"out": str(path), "episodes": done_eps, "success_rate": successes / max(1, done_eps), "calls": len(kept),
             "explore": explore, "explore_per": explore_per}
