@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,14 @@ def save_figure(fig: Any, out_png: Path, dpi: int = 100) -> None:
     renamed), creating the directory; close the figure. A readable failure names the path."""
     import matplotlib.pyplot as plt
 
+    from robo_rl.checkpoint import atomic_path
+
     out_png = Path(out_png)
-    tmp = out_png.with_name(f".{out_png.stem}.tmp-{os.getpid()}{out_png.suffix or '.png'}")
     try:
         out_png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, dpi=dpi, format=out_png.suffix[1:].lower() or "png")
-        os.replace(tmp, out_png)
+        with atomic_path(out_png, out_png.suffix or ".png") as tmp:
+            fig.savefig(tmp, dpi=dpi, format=out_png.suffix[1:].lower() or "png")
     except (OSError, ValueError) as err:  # ValueError: an image format matplotlib does not write
-        if tmp.is_file():
-            tmp.unlink()
         why = (err.strerror or str(err)) if isinstance(err, OSError) else str(err).splitlines()[0]
         raise RoboRLError(f"cannot write figure '{out_png}' ({why}); pass a .png path in a writable directory") from None
     finally:
@@ -118,12 +116,13 @@ def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
     suffix picks the container (``check_video_path``)."""
     import imageio.v2 as imageio
 
+    from robo_rl.checkpoint import atomic_path
+
     path = check_video_path(path)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
-    with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=1) as w:
+    with atomic_path(path, path.suffix) as tmp, \
+            imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=1) as w:
         for f in frames:
             w.append_data(np.asarray(f, dtype=np.uint8))
-    os.replace(tmp, path)
 
 
 def curve_groups(groups: dict[str, list[Path]], out_png: Path, metric: str = "train/success_rate",
