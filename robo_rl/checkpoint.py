@@ -60,6 +60,24 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def output_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a result file cannot be written at ``path`` (None: it can): ``path`` is a directory, or its
+    nearest existing ancestor is not a directory or not writable (so the parent cannot be created)."""
+    p = Path(path).expanduser().absolute()
+    if p.is_dir():
+        return f"{path} is a directory"
+    parent = p.parent
+    while not parent.exists():
+        if parent.is_symlink():  # a dangling link: mkdir would fail on it
+            return f"cannot create {p.parent}: {parent} is a broken link"
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"cannot create {p.parent}: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent} is not writable"
+    return None
+
+
 def check_replaceable(path: Path, is_ours: Any, what: str) -> None:
     """One-line error unless ``path`` may be (re)written as a ``what`` directory: it does not exist, is an
     empty directory, or ``is_ours(path)`` says it is one already. Anything else (a user's directory,

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from robo_rl.checkpoint import atomic_write_text
+from robo_rl.checkpoint import atomic_write_text, output_problem
 
 
 def _flag(name: str) -> str:
@@ -37,24 +37,6 @@ def check_positive(ap: argparse.ArgumentParser, args: argparse.Namespace, *names
         v = getattr(args, name)
         if v is not None and not 0 < v < float("inf"):
             ap.error(f"{_flag(name)} {v} must be > 0")
-
-
-def output_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why a result file cannot be written at ``path`` (None: it can): ``path`` is a directory, or its
-    nearest existing ancestor is not a directory or not writable (so the parent cannot be created)."""
-    p = Path(path).expanduser().absolute()
-    if p.is_dir():
-        return f"{path} is a directory"
-    parent = p.parent
-    while not parent.exists():
-        if parent.is_symlink():  # a dangling link: mkdir would fail on it
-            return f"cannot create {p.parent}: {parent} is a broken link"
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"cannot create {p.parent}: {parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{parent} is not writable"
-    return None
 
 
 def check_output(ap: argparse.ArgumentParser, args: argparse.Namespace, name: str) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.checkpoint import atomic_path, check_replaceable, replace_dir
+from robo_rl.checkpoint import atomic_path, check_replaceable, output_problem, replace_dir
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.rollout.buffer import obs_to_torch
 from robo_rl.runners.build import build_env, policy_from_checkpoint, to_env_actions, with_num_envs
@@ -72,11 +71,9 @@ def _check_out_file(out: str, what: str) -> None:
     path = Path(out)
     if path.is_dir():
         raise ConfigError(f"{what} '{out}' is a directory; pass a file path such as '{path / 'log.npz'}'")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise ConfigError(f"{what} '{out}': '{parent}' is not a writable directory; pass --out in a writable place")
+    problem = output_problem(path)
+    if problem:
+        raise ConfigError(f"{what} '{out}': {problem}; pass --out in a writable place")
 
 
 def _is_steering_dir(path: Path) -> bool:
