@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -69,6 +70,12 @@ class RobotConfig:
     estimator, or the simulated robot's full task state)."""
     state_topic: str = "/robo_rl/state"
     """std_msgs/Float64MultiArray topic used when ``state_source`` is topic."""
+    stale_by: Literal["arrival", "header"] = "arrival"
+    """Age of an input for the stale watchdog: time since it arrived, or (``header``, when the robot's
+    clock is synced with this machine's) time since its header stamp; stamped messages from further than
+    ``safety.stale_ms`` in the future are then rejected."""
+    diagnostics_period_s: float = 1.0
+    """Period of the diagnostic_msgs/DiagnosticArray on ``/diagnostics`` (seconds)."""
     startup_timeout_s: float = 10.0
     """``robo-rl deploy`` waits this long for every input (joints, cameras, state) to deliver a valid
     message before it starts commanding; then fails naming what is missing."""
@@ -96,8 +103,13 @@ class RobotConfig:
         elif len(self.safety.position_lower) != len(self.joint_names):
             raise ConfigError(f"robot config has {len(self.joint_names)} joint_names but safety limits for "
                               f"{len(self.safety.position_lower)} joints")
-        if self.control_rate_hz <= 0:
-            raise ConfigError("robot config 'control_rate_hz' must be > 0")
+        for key in ("control_rate_hz", "startup_timeout_s", "diagnostics_period_s"):
+            v = getattr(self, key)
+            if not math.isfinite(v) or v <= 0:
+                raise ConfigError(f"robot config '{key}' = {v!r}; it must be a finite number > 0")
+        for cam in self.cameras:
+            if cam.height <= 0 or cam.width <= 0:
+                raise ConfigError(f"robot config camera {cam.topic}: height and width must be > 0 pixels")
         if self.safety.control_rate_hz != self.control_rate_hz:
             raise ConfigError(f"robot config control_rate_hz is {self.control_rate_hz:g} but safety.control_rate_hz is "
                               f"{self.safety.control_rate_hz:g}; the per-step limits are max_velocity / "

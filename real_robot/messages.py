@@ -14,7 +14,7 @@ import numpy as np
 SUPPORTED = (
     "sensor_msgs/msg/Image", "sensor_msgs/msg/JointState", "std_msgs/msg/String", "std_msgs/msg/Bool",
     "std_msgs/msg/Float64MultiArray", "trajectory_msgs/msg/JointTrajectory", "geometry_msgs/msg/TwistStamped",
-    "geometry_msgs/msg/PoseStamped",
+    "geometry_msgs/msg/PoseStamped", "diagnostic_msgs/msg/DiagnosticArray",
 )
 # sensor_msgs/Image encodings we turn into (H, W, 3) uint8 RGB.
 IMAGE_ENCODINGS = {"rgb8": (3, False), "bgr8": (3, True), "rgba8": (4, False), "bgra8": (4, True)}
@@ -153,20 +153,39 @@ def image_to_rgb(msg: Any, expect_hw: tuple[int, int] | None = None) -> np.ndarr
 
 
 def joints_in_order(msg: Any, names: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
-    """sensor_msgs/JointState -> positions (J,) (and velocities or None) in ``names`` order;
-    missing joints or non-finite values raise ``MessageError``."""
-    index = {n: i for i, n in enumerate(msg.name)}
+    """sensor_msgs/JointState -> positions (J,) (and velocities or None) in ``names`` order.
+
+    Missing or duplicate joint names, a position or velocity array whose length differs from the
+    names (velocity may be empty), or non-finite values raise ``MessageError``."""
+    msg_names = list(msg.name)
+    if len(set(msg_names)) != len(msg_names):
+        dups = sorted({n for n in msg_names if msg_names.count(n) > 1})
+        raise MessageError(f"joint_states names joints {dups} more than once")
+    index = {n: i for i, n in enumerate(msg_names)}
     missing = [n for n in names if n not in index]
     if missing:
-        raise MessageError(f"joint_states lacks joints {missing} (has {list(msg.name)})")
+        raise MessageError(f"joint_states lacks joints {missing} (has {msg_names})")
     pos = np.asarray(msg.position, dtype=np.float64)
-    if pos.size != len(msg.name):
-        raise MessageError(f"joint_states has {len(msg.name)} names but {pos.size} positions")
+    if pos.size != len(msg_names):
+        raise MessageError(f"joint_states has {len(msg_names)} names but {pos.size} positions")
     q = pos[[index[n] for n in names]]
     if not np.all(np.isfinite(q)):
         raise MessageError("joint_states holds non-finite positions")
     vel = np.asarray(msg.velocity, dtype=np.float64)
-    qd = vel[[index[n] for n in names]] if vel.size == len(msg.name) else None
+    if vel.size not in (0, len(msg_names)):
+        raise MessageError(f"joint_states has {len(msg_names)} names but {vel.size} velocities (0 or one per name)")
+    qd = vel[[index[n] for n in names]] if vel.size else None
     if qd is not None and not np.all(np.isfinite(qd)):
         raise MessageError("joint_states holds non-finite velocities")
     return q, qd
+
+
+def state_vector(msg: Any, dim: int | None) -> np.ndarray:
+    """std_msgs/Float64MultiArray -> (D,) float64; a length other than ``dim`` or non-finite values
+    raise ``MessageError``."""
+    x = np.asarray(msg.data, dtype=np.float64)
+    if dim is not None and x.size != dim:
+        raise MessageError(f"state has {x.size} values, the policy takes {dim}")
+    if not np.all(np.isfinite(x)):
+        raise MessageError("state holds non-finite values")
+    return x

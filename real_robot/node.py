@@ -1,11 +1,15 @@
 """The policy node: ROS 2 topics in, the sim-trained ``Policy`` in the middle, safe joint commands out.
 
-Subscriptions (decoded and validated; a bad message is counted in ``rejected`` and dropped, never
-turned into a command): cameras (sensor_msgs/Image), joint states (sensor_msgs/JointState),
-instruction (std_msgs/String), e-stop (std_msgs/Bool). Inference runs in its own thread on the
-newest complete observation and queues actions (an action chunk (T, A) queues T steps); the control
-loop ticks at ``control_rate_hz``, pops one action (or holds), maps it to a joint target, runs the
-safety filter and publishes, so the command stream never waits for the model.
+Subscriptions (decoded and validated; a bad message is counted in ``rejected`` under its reason and
+dropped, never turned into a command; each reason is logged at most once per 10 s): cameras
+(sensor_msgs/Image, sensor-data QoS), joint states (sensor_msgs/JointState), the state vector
+(std_msgs/Float64MultiArray, with ``state_source: topic``), instruction (std_msgs/String), e-stop
+(std_msgs/Bool: True latches; only ``reset_estop`` releases). Inference runs in its own thread on the
+newest complete observation: a single action replaces whatever was queued (the freshest decision wins),
+an action chunk (T, A) is queued as T steps, or, with JointTrajectory commands, sent as one trajectory.
+The control loop ticks at ``control_rate_hz``, maps the next action to a joint target, runs the safety
+filter and publishes, so the command stream never waits for the model. ``/diagnostics`` carries the
+safety counters, input ages and loop timing.
 
 Observation built for the policy: ``rgb`` (1, V, H, W, 3) uint8 in camera order (absent without
 cameras), ``state`` (1, 2J) float32 = joint positions then velocities (zeros where the robot sends
@@ -26,41 +30,51 @@ import torch
 
 from real_robot import messages as m
 from real_robot.config import RobotConfig
-from real_robot.safety import Decision, SafetyFilter
+from real_robot.diagnostics import LoopTiming, diagnostic_array, status_level
+from real_robot.safety import Decision, SafetyFilter, ThrottledLog
 from real_robot.transport.base import QoS, Transport
+from robo_rl.contracts import Policy
 from robo_rl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
 class PolicyNode:
-    def __init__(self, robot: RobotConfig, policy: Any, transport: Transport,
+    def __init__(self, robot: RobotConfig, policy: Policy, transport: Transport,
                  clock: Callable[[], float] = time.monotonic, reactive: bool = False,
-                 recorder: Any = None) -> None:
+                 recorder: Any = None, state_dim: int | None = None, node_name: str = "robo_rl_policy") -> None:
         """``reactive``: send a command as soon as a joint state arrives, inferring when the queue is
         empty (an action chunk then runs open-loop, as in the simulator; latency benchmark and
-        ``eval --via-ros``); a deployment uses ``start()``'s fixed-rate control loop."""
+        ``eval --via-ros``); a deployment uses ``start()``'s fixed-rate control loop. ``state_dim``:
+        the policy's state length, enforced on the state topic."""
         self.robot = robot
         self.reactive = reactive
         self.recorder = recorder  # a real_robot.recorder.BagRecorder, or None
         self.policy = policy
         self.transport = transport
         self.clock = clock
+        self.state_dim = state_dim
+        self.node_name = node_name
         # a hold of velocity (twist) or raw controller (passthrough) commands is the zero command
         self.safety = SafetyFilter(robot.safety, fk=robot.forward_kinematics(),
                                    hold_zero=robot.action_mode in ("ee_twist", "passthrough"))
+        self.trajectory = robot.command_type == "trajectory_msgs/msg/JointTrajectory" and not reactive
         self.rejected: Counter[str] = Counter()
         self.sent = 0
         self.missed_ticks = 0
+        self.timing = LoopTiming()
+        self._log = ThrottledLog(log)
         self._lock = threading.Lock()
         self._images: list[tuple[np.ndarray, float] | None] = [None] * len(robot.cameras)
         self._joints: tuple[np.ndarray, np.ndarray, float] | None = None
         self._state: tuple[np.ndarray, float] | None = None
         self._instruction = robot.default_instruction
-        self._queue: deque[np.ndarray] = deque()  # bounded by the inference loop (it refills below 2)
+        self._queue: deque[np.ndarray] = deque()  # steps; with trajectories, whole chunks (T, J)
+        self._traj_until = 0.0  # clock time the last trajectory sent ends
         self._obs_seq = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._diag_seen: tuple[int, int] = (0, 0)
         self._subs = [transport.subscribe(robot.joint_states_topic, "sensor_msgs/msg/JointState", self._on_joints),
                       transport.subscribe(robot.instruction_topic, "std_msgs/msg/String", self._on_instruction),
                       transport.subscribe(robot.estop_topic, "std_msgs/msg/Bool", self._on_estop)]
@@ -70,11 +84,12 @@ class PolicyNode:
             self._subs.append(transport.subscribe(cam.topic, "sensor_msgs/msg/Image",
                                                   lambda raw, t, i=i: self._on_image(i, raw, t), QoS.sensor_data()))
         self._pub = transport.publisher(robot.command_topic, robot.command_type)
+        self._diag_pub = transport.publisher("/diagnostics", "diagnostic_msgs/msg/DiagnosticArray")
 
     # -- subscriptions ------------------------------------------------------------------------------
     def _reject(self, kind: str, err: Exception) -> None:
         self.rejected[kind] += 1
-        log.warning("rejected %s message: %s", kind, err)
+        self._log(logging.WARNING, kind, "rejected %s message: %s", kind, err)
 
     def _record(self, topic: str, raw: bytes) -> None:
         if self.recorder is not None:
@@ -89,25 +104,40 @@ class PolicyNode:
             if self.rejected["record_error"] == 1:
                 log.error("recording failed (%s: %s); control goes on unrecorded", type(err).__name__, err)
 
+    def _stamp_time(self, header: Any) -> float:
+        """The node-clock time an input counts from: arrival, or its header stamp with ``stale_by: header``
+        (a stamp further than ``stale_ms`` in the future raises MessageError)."""
+        now = self.clock()
+        if self.robot.stale_by != "header":
+            return now
+        age = time.time() - m.stamp_seconds(header)
+        if age * 1000.0 < -self.robot.safety.stale_ms:
+            raise m.MessageError(f"header stamp {-age:.3f} s in the future (clocks not synced? use stale_by: arrival)")
+        return now - max(0.0, age)
+
     def _on_image(self, i: int, raw: bytes, _t: float) -> None:
         cam = self.robot.cameras[i]
         self._record(cam.topic, raw)
         try:
-            rgb = m.image_to_rgb(m.deserialize(raw, "sensor_msgs/msg/Image"), (cam.height, cam.width))
+            msg = m.deserialize(raw, "sensor_msgs/msg/Image")
+            rgb = m.image_to_rgb(msg, (cam.height, cam.width))
+            t = self._stamp_time(msg.header)
         except m.MessageError as err:
             return self._reject("image", err)
         with self._lock:
-            self._images[i] = (rgb, self.clock())
+            self._images[i] = (rgb, t)
             self._obs_seq += 1
 
     def _on_joints(self, raw: bytes, _t: float) -> None:
         self._record(self.robot.joint_states_topic, raw)
         try:
-            q, qd = m.joints_in_order(m.deserialize(raw, "sensor_msgs/msg/JointState"), list(self.robot.joint_names))
+            msg = m.deserialize(raw, "sensor_msgs/msg/JointState")
+            q, qd = m.joints_in_order(msg, list(self.robot.joint_names))
+            t = self._stamp_time(msg.header)
         except m.MessageError as err:
             return self._reject("joint_states", err)
         with self._lock:
-            self._joints = (q, qd if qd is not None else np.zeros_like(q), self.clock())
+            self._joints = (q, qd if qd is not None else np.zeros_like(q), t)
             self._obs_seq += 1
         if self.reactive:
             if not self._queue:
@@ -117,9 +147,7 @@ class PolicyNode:
     def _on_state(self, raw: bytes, _t: float) -> None:
         self._record(self.robot.state_topic, raw)
         try:
-            x = np.asarray(m.deserialize(raw, "std_msgs/msg/Float64MultiArray").data, dtype=np.float64)
-            if not np.all(np.isfinite(x)):
-                raise m.MessageError("state holds non-finite values")
+            x = m.state_vector(m.deserialize(raw, "std_msgs/msg/Float64MultiArray"), self.state_dim)
         except m.MessageError as err:
             return self._reject("state", err)
         with self._lock:
@@ -142,6 +170,14 @@ class PolicyNode:
         self.safety.estop(engaged)
         if engaged:
             self._queue.clear()
+
+    def reset_estop(self) -> tuple[bool, str]:
+        """Release the latched e-stop if every input is fresh (the reset service's handler)."""
+        got = self.observation()
+        fresh = got is not None and got[1] * 1000.0 <= self.robot.safety.stale_ms
+        with self._lock:
+            self._queue.clear()
+        return self.safety.reset_estop(fresh)
 
     # -- start-up checks ----------------------------------------------------------------------------
     def _inputs(self) -> list[tuple[str, str, bool]]:
@@ -166,20 +202,22 @@ class PolicyNode:
             raise ConfigError(f"the robot's controller listens on {self.robot.command_topic} for {', '.join(sorted(wrong))}"
                               f", robot config '{self.robot.name}' sends command_type {self.robot.command_type}")
 
-    def wait_ready(self, timeout_s: float, poll_s: float = 0.05) -> None:
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.05, cancel: threading.Event | None = None) -> None:
         """Block until every required input has delivered a valid message; before any command is sent.
 
         Raises a one-line ConfigError for a topic type mismatch (as soon as discovery shows it) or,
         after ``timeout_s``, naming each input that never arrived (a missing camera, no joint states).
-        """
+        Returns early, without raising, once ``cancel`` is set."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        while cancel is None or not cancel.is_set():
             self.check_types()
             if self.observation() is not None:
                 return
             if time.monotonic() > deadline:
                 break
             time.sleep(poll_s)
+        else:
+            return
         with self._lock:
             have = {self.robot.joint_states_topic: self._joints is not None, self.robot.state_topic: self._state is not None}
             have.update({cam.topic: img is not None for cam, img in zip(self.robot.cameras, self._images)})
@@ -189,8 +227,10 @@ class PolicyNode:
                 pubs = self.transport.endpoint_types(topic, "publisher")
                 missing.append(f"{topic} ({typ}; {'publishers seen but no valid message' if pubs else 'no publisher'})")
         rejected = f"; rejected so far: {dict(self.rejected)}" if self.rejected else ""
+        check = getattr(self.transport, "interop_problem", None)
+        hint = (check() if callable(check) else None) or "check the drivers or the robot config's topics"
         raise ConfigError(f"robot '{self.robot.name}': nothing valid within {timeout_s:g} s on {', '.join(missing)}"
-                          f"{rejected}; check the drivers or the robot config's topics")
+                          f"{rejected}; {hint}")
 
     # -- observation and inference ------------------------------------------------------------------
     def observation(self) -> tuple[dict[str, Any], float] | None:
@@ -229,44 +269,94 @@ class PolicyNode:
                                  f"({self.robot.command_dim},) or a chunk (T, {self.robot.command_dim})")
         except Exception as err:  # the robot must get a safe stop, whatever the model does
             self.rejected["policy_error"] += 1
-            log.error("policy raised %s: %s", type(err).__name__, err)
-            self._queue.clear()
-            self._queue.append(np.full(self.robot.command_dim, np.nan))
+            self._log(logging.ERROR, "policy_error", "policy raised %s: %s", type(err).__name__, err)
+            with self._lock:
+                self._queue.clear()
+                self._queue.append(np.full(self.robot.command_dim, np.nan))
             return False
-        for a in np.atleast_2d(actions):
-            self._queue.append(a)
+        chunk = np.atleast_2d(actions)
+        with self._lock:
+            if self.trajectory:
+                self._queue.clear()
+                self._queue.append(chunk)
+            elif len(chunk) == 1 and not self.reactive:
+                self._queue.clear()  # a single action: the freshest decision replaces an unsent one
+                self._queue.append(chunk[0])
+            else:
+                self._queue.extend(chunk)
         return True
 
+    def _wants_inference(self) -> bool:
+        """Queue nearly empty (steps), or the running trajectory ends within two control periods."""
+        if self.trajectory:
+            return not self._queue and self.clock() >= self._traj_until - 2.0 / self.robot.control_rate_hz
+        return len(self._queue) < 2
+
     # -- control ------------------------------------------------------------------------------------
+    def _target(self, action: np.ndarray | None, q: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """(joint target, the reference position) for one action under the robot's action mode."""
+        if self.robot.action_mode == "ee_twist":
+            # velocity commands: the reference for the change limit is the last twist sent (zero at start)
+            return (np.zeros(6) if action is None else action), np.zeros(6)
+        if self.robot.action_mode == "passthrough":
+            # raw controller actions (e.g. joint deltas): no memory between steps, a hold is the zero action
+            self.safety.last = None
+            zero = np.zeros_like(q)
+            return (zero if action is None else action), zero
+        if action is None:
+            return (self.safety.last if self.safety.last is not None else q), q
+        if self.robot.action_mode == "delta_joint":
+            return q + action, q
+        return action, q
+
     def control_tick(self) -> Decision | None:
-        """One control period: next queued action -> joint target -> safety -> publish."""
+        """One control period: next queued action -> joint target -> safety -> publish. With trajectory
+        commands a new chunk goes out as one trajectory when the previous one is about to end; between
+        chunks nothing is sent unless the safety filter holds."""
         got = self.observation()
         if got is None or self._joints is None:
             return None
         _, age = got
         q = self._joints[0]
-        action = self._queue.popleft() if self._queue else None
-        target: np.ndarray | None
-        if self.robot.action_mode == "ee_twist":
-            # velocity commands: the reference for the change limit is the last twist sent (zero at start)
-            q = np.zeros(6)
-            target = np.zeros(6) if action is None else action
-        elif self.robot.action_mode == "passthrough":
-            # raw controller actions (e.g. joint deltas): no memory between steps, a hold is the zero action
-            self.safety.last = None
-            q = np.zeros_like(q)
-            target = q if action is None else action
-        elif action is None:
-            target = self.safety.last if self.safety.last is not None else q
-        elif self.robot.action_mode == "delta_joint":
-            target = q + action
-        else:
-            target = action
-        decision = self.safety(target, q, age)
+        if self.trajectory:
+            return self._trajectory_tick(q, age)
+        with self._lock:
+            action = self._queue.popleft() if self._queue else None
+        target, ref = self._target(action, q)
+        decision = self.safety(target, ref, age)
         self._publish(decision.command)
+        self._note(decision)
+        return decision
+
+    def _trajectory_tick(self, q: np.ndarray, age: float) -> Decision | None:
+        now = self.clock()
+        with self._lock:
+            ready = bool(self._queue) and now >= self._traj_until - 1.0 / self.robot.control_rate_hz
+            chunk = self._queue.popleft() if ready else None
+        if chunk is None:
+            # no new chunk due: check the watchdog / e-stop with the current target; send only a hold
+            probe = self.safety.last if self.safety.last is not None else q
+            if self.safety.estopped or not (age * 1000.0 <= self.robot.safety.stale_ms):
+                decision = self.safety(probe, q, age)
+                self._publish(decision.command)
+                self._traj_until = now
+                self._note(decision)
+                return decision
+            return None
+        targets = q + chunk if self.robot.action_mode == "delta_joint" else chunk
+        decisions = self.safety.sequence(targets, q, age)
+        points = np.stack([d.command for d in decisions])
+        if decisions[-1].held:
+            points = points[-1:]
+        self._publish(points)
+        self._traj_until = now + len(points) / self.robot.control_rate_hz
+        for d in decisions:
+            self._note(d)
+        return decisions[-1]
+
+    def _note(self, decision: Decision) -> None:
         if self.recorder is not None and (decision.held or decision.interventions):
             self._recorder_call(self.recorder.intervention, decision.held, decision.interventions, time.time_ns())
-        return decision
 
     def safe_tick(self) -> Decision | None:
         """``control_tick`` that never raises: on any error (a recorder's disk, a transport hiccup) it
@@ -275,36 +365,73 @@ class PolicyNode:
             return self.control_tick()
         except Exception as err:
             self.rejected["control_error"] += 1
-            log.error("control tick raised %s: %s; holding", type(err).__name__, err)
-            try:
-                # (with hold_zero the hold is the zero command whatever is measured)
-                measured = self._joints[0] if self._joints is not None else np.zeros(self.robot.command_dim)
-                decision = self.safety.hold(measured, ["control_error"])
-                self._publish(decision.command)
-                return decision
-            except Exception as err2:
-                log.error("could not send the hold: %s: %s", type(err2).__name__, err2)
-                return None
+            self._log(logging.ERROR, "control_error", "control tick raised %s: %s; holding", type(err).__name__, err)
+            return self.send_hold("control_error")
+
+    def send_hold(self, reason: str) -> Decision | None:
+        """Publish one hold (counted under ``reason``); None if even that failed (logged)."""
+        try:
+            # (with hold_zero the hold is the zero command whatever is measured)
+            measured = self._joints[0] if self._joints is not None else np.zeros(self.robot.command_dim)
+            decision = self.safety.hold(measured, [reason])
+            self._publish(decision.command)
+            return decision
+        except Exception as err:
+            self._log(logging.ERROR, "hold_failed", "could not send the hold: %s: %s", type(err).__name__, err)
+            return None
 
     def _publish(self, command: np.ndarray) -> None:
+        """Publish a (J,) command, or (T, J) points as one trajectory (``control_rate_hz`` apart)."""
         now = time.time()
         if self.robot.command_type == "std_msgs/msg/Float64MultiArray":
             msg = m.float64_array(command)
         elif self.robot.action_mode == "ee_twist":
             msg = m.twist_stamped(command[:3], command[3:], now, self.robot.twist_frame)
         else:
-            msg = m.joint_trajectory(list(self.robot.joint_names), command[None], 1.0 / self.robot.control_rate_hz, now)
+            msg = m.joint_trajectory(list(self.robot.joint_names), np.atleast_2d(command),
+                                     1.0 / self.robot.control_rate_hz, now)
         cdr = m.serialize(msg, self.robot.command_type)
         self._pub.publish(cdr)
         self._record(self.robot.command_topic, cdr)
         self.sent += 1
 
+    # -- diagnostics ----------------------------------------------------------------------------------
+    def diagnostics(self) -> dict[str, Any]:
+        """Counters, input ages (ms) and loop timing, as published on ``/diagnostics``."""
+        now = self.clock()
+        with self._lock:
+            ages = {"age_ms/joint_states": self._joints[2] if self._joints else None,
+                    "age_ms/state": self._state[1] if self._state and self.robot.state_source == "topic" else None}
+            ages.update({f"age_ms/{cam.topic}": img[1] if img else None
+                         for cam, img in zip(self.robot.cameras, self._images)})
+        out: dict[str, Any] = {k: ("never" if t is None else 1000.0 * (now - t)) for k, t in ages.items()
+                               if t is not None or k != "age_ms/state"}
+        out.update({"estop_latched": self.safety.estopped, "commands_sent": self.sent, "missed_ticks": self.missed_ticks})
+        out.update({f"safety/{k}": v for k, v in sorted(self.safety.counts.items())})
+        out.update({f"rejected/{k}": v for k, v in sorted(self.rejected.items())})
+        out.update({f"loop/{k}": v for k, v in self.timing.summary().items()})
+        return out
+
+    def publish_diagnostics(self) -> None:
+        values = self.diagnostics()
+        holds, rejects = sum(self.safety.counts.values()), sum(self.rejected.values())
+        seen_h, seen_r = self._diag_seen
+        self._diag_seen = (holds, rejects)
+        got = self.observation()
+        stale = got is None or not (got[1] * 1000.0 <= self.robot.safety.stale_ms)
+        level, message = status_level(self.safety.estopped, stale, holds - seen_h, rejects - seen_r)
+        msg = diagnostic_array(time.time(), self.node_name, self.robot.name, level, message, values)
+        self._diag_pub.publish(m.serialize(msg, "diagnostic_msgs/msg/DiagnosticArray"))
+
+    # -- loops ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Inference and control threads (control at ``control_rate_hz``)."""
+        """Inference, control (at ``control_rate_hz``) and diagnostics threads."""
+        self._stop.clear()
+
         def infer_loop() -> None:
             seen = -1
             while not self._stop.is_set():
-                if self._obs_seq != seen and len(self._queue) < 2 and self.infer_once():
+                if self._obs_seq != seen and self._wants_inference() and self.infer_once():
                     seen = self._obs_seq
                 else:
                     time.sleep(0.001)
@@ -313,7 +440,9 @@ class PolicyNode:
             period = 1.0 / self.robot.control_rate_hz
             nxt = time.monotonic()
             while not self._stop.is_set():
+                start = time.monotonic()
                 self.safe_tick()
+                self.timing.tick(start, time.monotonic())
                 nxt += period
                 late = time.monotonic() - nxt
                 if late > 0:
@@ -322,23 +451,41 @@ class PolicyNode:
                     skipped = int(late // period) + 1
                     self.missed_ticks += skipped
                     nxt += skipped * period
-                    log.warning("control loop %.0f ms late: skipped %d tick(s)", 1000 * late, skipped)
-                time.sleep(max(0.0, nxt - time.monotonic()))
+                    self._log(logging.WARNING, "late", "control loop %.0f ms late: skipped %d tick(s)",
+                              1000 * late, skipped)
+                self._stop.wait(max(0.0, nxt - time.monotonic()))
+
+        def diag_loop() -> None:
+            while not self._stop.wait(self.robot.diagnostics_period_s):
+                try:
+                    self.publish_diagnostics()
+                except Exception as err:
+                    self._log(logging.ERROR, "diagnostics", "diagnostics failed: %s: %s", type(err).__name__, err)
 
         self._threads = [threading.Thread(target=infer_loop, daemon=True, name="infer"),
-                         threading.Thread(target=control_loop, daemon=True, name="control")]
+                         threading.Thread(target=control_loop, daemon=True, name="control"),
+                         threading.Thread(target=diag_loop, daemon=True, name="diagnostics")]
         for t in self._threads:
             t.start()
 
-    def stop(self) -> None:
-        """Stop the loops and send one hold command (the last safe target; the zero command for twist and
-        passthrough control)."""
+    def pause(self, join_s: float = 1.0) -> Decision | None:
+        """Stop the loops and send one hold (the last safe target moved to within one step of the measured
+        position; the zero command for twist and passthrough control). Subscriptions stay."""
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=2.0)
-        if self.safety.hold_zero:
-            self._publish(np.zeros(self.robot.command_dim))  # velocity control: stop
-        elif self.safety.last is not None:
-            self._publish(self.safety.last)
+            t.join(timeout=join_s)
+        self._threads = []
+        with self._lock:
+            self._queue.clear()
+        self._traj_until = 0.0
+        if self._joints is None and self.safety.last is None and not self.safety.hold_zero:
+            return None  # never commanded and nothing measured: nothing safe to send
+        return self.send_hold("stopped")
+
+    def stop(self, join_s: float = 1.0) -> Decision | None:
+        """``pause`` and close the subscriptions: the final safe command of a shutdown."""
+        decision = self.pause(join_s)
         for s in self._subs:
             s.close()
+        self._subs = []
+        return decision

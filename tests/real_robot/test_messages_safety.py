@@ -108,12 +108,16 @@ def test_watchdog_estop_policy_error_and_workspace_hold():
     assert stale.held and stale.interventions == ("stale_observation",) and np.allclose(stale.command, 0.01)
     f.estop(True)
     assert f(np.full(7, 0.02), q, 0.01).interventions == ("estop",)
-    f.estop(False)
+    f.estop(False)  # a release message does not release the latch
+    assert f(np.full(7, 0.02), q, 0.01).interventions == ("estop",)
+    assert f.reset_estop(inputs_fresh=False)[0] is False and f.estopped
+    assert f.reset_estop(inputs_fresh=True) == (True, "e-stop released") and not f.estopped
     assert f(None, q, 0.01).interventions == ("policy_error",)
-    f.last = np.array([0.49, 0, 0, 0, 0, 0, 0.0])
+    f.last, f.resync = np.array([0.49, 0, 0, 0, 0, 0, 0.0]), False
     out = f(np.array([0.6, 0, 0, 0, 0, 0, 0.0]), q, 0.01)  # FK x = 0.52 leaves the box
     assert out.held and "workspace" in out.interventions
-    assert f.counts["stale_observation"] == 1 and f.counts["estop"] == 1 and f.counts["workspace"] == 1
+    assert f.counts["stale_observation"] == 1 and f.counts["estop"] == 2 and f.counts["workspace"] == 1
+    assert f.counts["estop_release_ignored"] == 1 and f.counts["estop_reset_refused"] == 1
     with pytest.raises(ValueError, match="same length"):
         SafetyConfig(position_lower=(0.0,), position_upper=(1.0, 2.0), max_velocity=(1.0,))
 
@@ -128,8 +132,67 @@ def test_transport_choice_and_errors():
         make_transport("zenoh")
     assert make_transport("inprocess").name == "inprocess"
     if importlib.util.find_spec("rclpy") is None:
-        with pytest.raises(ConfigError, match="needs a ROS 2 installation"):
+        with pytest.raises(ConfigError, match="needs rclpy"):
             make_transport("rclpy")
         tr = make_transport("auto", domain_id=231)
         assert tr.name == "cyclonedds"
         tr.close()
+
+
+def test_first_command_after_a_hold_or_release_starts_from_the_measured_position():
+    """The arm moved 1 rad while held (pushed, or an e-stop released its brakes): neither the hold nor the
+    first command after the release may jump back; each stays within one step limit of the measured position."""
+    f = SafetyFilter(_cfg())
+    step = 0.9 / 30
+    q = np.zeros(7)
+    for _ in range(5):
+        f(np.full(7, 0.5), q, 0.01)
+        q = f.last.copy()
+    f.estop(True)
+    moved = q - 1.0
+    held = f(np.full(7, 0.5), moved, 0.01)
+    assert held.held and np.all(np.abs(held.command - moved) <= step + 1e-9)
+    assert f.reset_estop(inputs_fresh=True)[0]
+    first = f(q, moved, 0.01)  # the policy still asks for the old position
+    assert not first.held and np.all(np.abs(first.command - moved) <= step + 1e-9)
+    second = f(q, moved, 0.01)  # from then on the reference is the last command again
+    assert np.allclose(second.command, first.command + step)
+
+
+def test_chunk_points_are_filtered_as_consecutive_steps():
+    f = SafetyFilter(_cfg())
+    step = 0.9 / 30
+    targets = np.array([np.full(7, v) for v in (0.01, 0.5, 0.5, np.nan, 0.0)])
+    ds = f.sequence(targets, np.zeros(7), 0.01)
+    assert [d.held for d in ds] == [False, False, False, True]  # stops at the NaN point, which holds
+    pts = np.stack([d.command for d in ds[:3]])
+    assert np.allclose(pts[:, 0], [0.01, 0.01 + step, 0.01 + 2 * step])
+
+
+@pytest.mark.parametrize("key,value", [("max_delta", float("nan")), ("max_delta", -0.1), ("stale_ms", float("inf")),
+                                       ("stale_ms", float("nan")), ("control_rate_hz", 0.0)])
+def test_unsafe_scalar_limits_are_refused(key, value):
+    kw = {key: value} if key != "control_rate_hz" else {"control_rate_hz": value}
+    with pytest.raises(ValueError, match=f"safety.{key} = .*finite number > 0"):
+        SafetyConfig(position_lower=(-1.0,), position_upper=(1.0,), max_velocity=(1.0,), **kw)
+
+
+@pytest.mark.parametrize("key,values", [("max_velocity", (-1.0,)), ("max_velocity", (float("nan"),)),
+                                        ("position_lower", (float("nan"),)), ("position_upper", (float("inf"),))])
+def test_unsafe_joint_limits_are_refused(key, values):
+    kw = {"position_lower": (-1.0,), "position_upper": (1.0,), "max_velocity": (1.0,), key: values}
+    with pytest.raises(ValueError, match=rf"safety.{key}\[0\]"):
+        SafetyConfig(**kw)
+
+
+def test_robot_yaml_with_nan_limits_fails_to_load_naming_the_key(tmp_path):
+    import yaml
+
+    from real_robot.config import load_robot
+    from robo_rl.errors import ConfigError
+
+    data = yaml.safe_load(open("configs/robots/panda_sim.yaml"))
+    data["safety"]["max_delta"] = float("nan")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="safety.max_delta = nan"):
+        load_robot(str(tmp_path / "r.yaml"))

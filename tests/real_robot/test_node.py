@@ -94,6 +94,12 @@ def test_stale_data_estop_and_policy_failures_hold():
     node.infer_once()
     assert node.control_tick().interventions == ("estop",)  # the very next control period
     tr.publisher(ROBOT.estop_topic, "std_msgs/msg/Bool").publish(m.serialize(m.boolean(False), "std_msgs/msg/Bool"))
+    node.infer_once()
+    assert node.control_tick().interventions == ("estop",)  # a False message does not release the latch
+    clock.t += 1.0  # inputs now 1 s old (stale_ms 200): the reset is refused
+    assert node.reset_estop()[0] is False and node.safety.estopped
+    feed()
+    assert node.reset_estop() == (True, "e-stop released")
     policy.action = np.full(J, np.nan)
     node.infer_once()
     assert node.control_tick().interventions == ("non_finite_or_bad_shape",)
