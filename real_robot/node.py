@@ -482,6 +482,14 @@ class PolicyNode:
             return None  # never commanded and nothing measured: nothing safe to send
         return self.send_hold("stopped")
 
+    def flush(self, timeout_s: float = 0.2) -> bool:
+        """Wait until the robot acknowledged the commands sent (the final hold before an exit)."""
+        try:
+            return bool(self._pub.flush(timeout_s))
+        except Exception as err:
+            self._log(logging.ERROR, "flush", "could not confirm the last command: %s: %s", type(err).__name__, err)
+            return False
+
     def stop(self, join_s: float = 1.0) -> Decision | None:
         """``pause`` and close the subscriptions: the final safe command of a shutdown."""
         decision = self.pause(join_s)

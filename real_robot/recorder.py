@@ -10,6 +10,7 @@ JSON ``{"held": bool, "kinds": [...]}`` per control step). The bag opens in ROS 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,18 @@ from real_robot import messages as m
 from real_robot.config import RobotConfig
 
 INTERVENTIONS = "/robo_rl/interventions"
+
+
+def check_new_recording(path: str | Path) -> None:
+    """One-line error unless ``path`` is a new directory in an existing, writable parent."""
+    from robo_rl.errors import ConfigError
+
+    p = Path(path)
+    if p.exists():
+        raise ConfigError(f"--record {p}: already exists; give a new directory for the rosbag2 recording")
+    parent = p.absolute().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ConfigError(f"--record {p}: the parent directory {parent} is missing or not writable")
 
 
 class BagRecorder:

@@ -42,6 +42,10 @@ class Subscription(Protocol):
 class Publisher(Protocol):
     def publish(self, cdr: bytes) -> None: ...
 
+    def flush(self, timeout_s: float) -> bool:
+        """Block until reliable subscribers acknowledged every sample (True) or ``timeout_s`` passed."""
+        ...
+
 
 class Transport(Protocol):
     name: str
@@ -61,12 +65,18 @@ class Transport(Protocol):
 KINDS = ("auto", "rclpy", "cyclonedds", "inprocess")
 
 
-def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transport:
-    """``auto``: rclpy if importable, else cyclonedds. One-line error for unknown or missing kinds."""
+def resolve_kind(kind: str) -> str:
+    """``auto`` -> ``rclpy`` when rclpy imports, else ``cyclonedds``; other kinds are checked and returned."""
     if kind not in KINDS:
         raise ConfigError(f"transport {kind!r} is unknown; choose one of {', '.join(KINDS)}")
     if kind == "auto":
-        kind = "rclpy" if importlib.util.find_spec("rclpy") is not None else "cyclonedds"
+        return "rclpy" if importlib.util.find_spec("rclpy") is not None else "cyclonedds"
+    return kind
+
+
+def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transport:
+    """``auto``: rclpy if importable, else cyclonedds. One-line error for unknown or missing kinds."""
+    kind = resolve_kind(kind)
     if kind == "inprocess":
         from real_robot.transport.inprocess import InProcessTransport
 

@@ -32,6 +32,9 @@ class _Pub:
         for sub in list(self.owner._subs.get(self.key, [])):
             sub.callback(bytes(cdr), now)
 
+    def flush(self, timeout_s: float) -> bool:
+        return True  # delivered synchronously
+
 
 class InProcessTransport:
     name = "inprocess"
