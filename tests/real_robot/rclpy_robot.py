@@ -6,9 +6,13 @@ no robo-rl code), for tests of the policy node over a real ROS 2 stack.
 It publishes sensor_msgs/JointState (reliable) at ``rate`` Hz with the positions it was last commanded
 (a perfectly tracking arm), optionally a camera (sensor_msgs/Image, ``camera_qos`` sensor_data or
 reliable) and a std_msgs/String instruction; it receives Float64MultiArray or JointTrajectory commands
-and runs timed ``events``: ``{"at": s, "estop": bool}`` publishes std_msgs/Bool on /estop, ``{"at": s,
-"push": [..]}`` moves the arm (as a person pushing it would), ``{"at": s, "reset": true}`` calls the
-``reset_service`` (std_srvs/Trigger), ``{"at": s, "silent": d}`` stops publishing for d seconds.
+and runs ``events`` one after another, each ``after`` seconds after the previous one (the first after the
+first command arrived, or after the start with ``"events_from": "start"``): ``{"estop": bool}`` publishes
+std_msgs/Bool on /estop, ``{"push": [..]}`` moves the arm (as a person pushing it would), ``{"reset":
+true}`` calls the ``reset_service`` (std_srvs/Trigger), ``{"silent": d}`` stops publishing for d seconds,
+``{"transition": "configure"|"activate"|...}`` asks the policy node's lifecycle service
+(lifecycle_msgs/ChangeState; ``"wait": true`` blocks until it answered), ``{"end": true}`` ends the run. Each event's wall-clock time is
+reported. It also keeps the last diagnostic_msgs/DiagnosticArray statuses from /diagnostics.
 It prints ``READY`` when the first command arrived and, when ``seconds`` passed or no command came for
 ``quiet_exit`` seconds after commands started, one JSON line: the commands with their wall-clock
 arrival times, the positions published, and the reset replies.
@@ -21,6 +25,9 @@ import time
 
 import rclpy
 from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import QoSProfile, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
@@ -67,6 +74,19 @@ def main() -> None:
     node.create_subscription(JointTrajectory if trajectory else Float64MultiArray, spec["command_topic"], on_command,
                              reliable)
     reset_client = node.create_client(Trigger, spec.get("reset_service", "/robo_rl_policy/reset_estop"))
+    change_client = node.create_client(ChangeState, spec.get("lifecycle_service", "/robo_rl_policy/change_state"))
+    diagnostics: list = []
+
+    def on_diagnostics(msg) -> None:
+        for st in msg.status:
+            with lock:
+                diagnostics.append({"t": time.time(), "level": int.from_bytes(st.level, "little")
+                                    if isinstance(st.level, bytes) else int(st.level), "name": st.name,
+                                    "message": st.message, "values": {kv.key: kv.value for kv in st.values}})
+
+    node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, reliable)
+    transitions = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+                   "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     spinning = threading.Event()
@@ -88,18 +108,21 @@ def main() -> None:
         with lock:
             replies.append({"t": time.time(), "success": bool(res.success), "message": res.message})
 
-    events = sorted(spec.get("events", []), key=lambda e: e["at"])
+    events = list(spec.get("events", []))
+    done_events: list = []
+    from_start = spec.get("events_from", "ready") == "start"
     period = 1.0 / spec.get("rate", 30.0)
     start = time.time()
     end = start + spec.get("seconds", 30.0)
     quiet = spec.get("quiet_exit", 2.0)
     ready = False
     silent_until = 0.0
+    last_event = start if from_start else None
     pixels = bytes([7]) * (cam["height"] * cam["width"] * 3) if cam else b""
     instr_pub.publish(String(data=spec.get("instruction", "push the cube")))
     while time.time() < end:
         now = time.time()
-        while events and now - start >= events[0]["at"]:
+        while events and last_event is not None and now - last_event >= events[0].get("after", 0.0):
             ev = events.pop(0)
             if "estop" in ev:
                 estop_pub.publish(Bool(data=bool(ev["estop"])))
@@ -109,8 +132,21 @@ def main() -> None:
             if ev.get("reset"):
                 reset_client.wait_for_service(timeout_sec=5.0)
                 reset_client.call_async(Trigger.Request()).add_done_callback(on_reset_done)
+            if "transition" in ev:
+                change_client.wait_for_service(timeout_sec=30.0)
+                req = ChangeState.Request()
+                req.transition.id = transitions[ev["transition"]]
+                fut = change_client.call_async(req)
+                fut.add_done_callback(lambda f, name=ev["transition"]: replies.append(
+                    {"t": time.time(), "transition": name, "success": bool(f.result().success)}))
+                while ev.get("wait") and not fut.done():
+                    time.sleep(0.01)
             if "silent" in ev:
-                silent_until = now + ev["silent"]
+                silent_until = time.time() + ev["silent"]
+            if ev.get("end"):
+                end = 0.0
+            now = last_event = time.time()
+            done_events.append({**ev, "t": now})
         if now >= silent_until:
             with lock:
                 pos = list(q)
@@ -127,12 +163,15 @@ def main() -> None:
             n, last_t = len(commands), (commands[-1]["t"] if commands else None)
         if n and not ready:
             ready = True
+            if last_event is None:
+                last_event = time.time()
             print("READY", flush=True)
         if last_t is not None and now - last_t > quiet and not events:
             break
         time.sleep(max(0.0, period - (time.time() - now)))
     with lock:
-        out = {"commands": commands, "published": published[-400:], "replies": replies}
+        out = {"commands": commands, "published": published[-400:], "replies": replies,
+               "diagnostics": diagnostics[-3:], "events": done_events}
     print(json.dumps(out), flush=True)
     spinning.clear()
     spinner.join()
