@@ -356,6 +356,39 @@ def cmd_demos(args: argparse.Namespace) -> int:
 
 
 def cmd_demos_convert(args: argparse.Namespace) -> int:
+    from real_robot.bag_episodes import convert_recordings, is_bag
+
+    missing = [s for s in args.src if not Path(s).exists()]
+    if args.robot and missing:
+        raise RoboRLError(f"recording '{missing[0]}' does not exist; pass rosbag2 bag directories or "
+                          ".mcap/.db3 files")
+    bags = [is_bag(s) for s in args.src]
+    given = {"--control-mode": args.control_mode, "--drop-unconvertible": args.drop_unconvertible,
+             "--robot": args.robot, "--split-gap": args.split_gap is not None,
+             "--keep-holds": args.keep_holds, "--success": args.success}
+    if any(bags):  # rosbag2 recordings -> episodes in the robot's action space
+        h5_only = [f for f in ("--control-mode", "--drop-unconvertible") if given[f]]
+        if not all(bags):
+            others = ", ".join(s for s, b in zip(args.src, bags) if not b)
+            raise RoboRLError("demos convert takes rosbag2 recordings (directories or .mcap/.db3 files) "
+                              f"or one episodes .h5 file, not both: {others}")
+        if h5_only:
+            raise RoboRLError(f"{', '.join(h5_only)}: only for an episodes .h5 file, not rosbag2 recordings; "
+                              "drop it")
+        if not args.robot:
+            raise RoboRLError("converting rosbag2 recordings needs --robot ROBOT_YAML "
+                              "(e.g. configs/robots/panda_sim.yaml)")
+        print(json.dumps(convert_recordings(args.src, args.robot, args.out, args.split_gap, args.keep_holds,
+                                            args.success), indent=2))
+        return 0
+    bag_only = [f for f in ("--robot", "--split-gap", "--keep-holds", "--success") if given[f]]
+    if bag_only:
+        raise RoboRLError(f"{', '.join(bag_only)}: only for rosbag2 recordings, not an episodes .h5 file; "
+                          "drop it")
+    if len(args.src) != 1 or not args.control_mode:
+        raise RoboRLError("an episodes .h5 file converts alone, with --control-mode "
+                          "(e.g. pd_joint_delta_pos)")
+    args.src = args.src[0]
     from robo_rl.data.episodes import load_episodes, read_meta, write_episodes
     from sims.maniskill.convert import convert
 
@@ -513,12 +546,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ManiSkill robot_uids instead of the task's robot (e.g. panda_wristcam: a wrist camera too); "
                         "train with env.extra.robot_uids set the same")
     g.set_defaults(fn=cmd_demos)
-    c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or an error)")
-    c.add_argument("src", help="robo-rl episodes file")
-    c.add_argument("--control-mode", required=True, choices=["pd_joint_delta_pos"])
-    c.add_argument("--out", required=True, help="output .h5 file")
+    c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or "
+                                        "an error), or rosbag2 recordings (deploy --record, ros2 bag record) "
+                                        "to episodes")
+    c.add_argument("src", nargs="+", help="one robo-rl episodes .h5 file, or rosbag2 recordings (bag "
+                                          "directories or .mcap/.db3 files): each bag one episode")
+    c.add_argument("--control-mode", choices=["pd_joint_delta_pos"],
+                   help="episodes file: the target control mode")
+    c.add_argument("--out", required=True, help="output .h5 file (for recordings: a new path)")
     c.add_argument("--drop-unconvertible", action="store_true",
                    help="leave out episodes with a step the target controller cannot make (counted in the output)")
+    c.add_argument("--robot", help="recordings: the robot config (topics, joints, cameras, action_mode)")
+    c.add_argument("--split-gap", type=float, metavar="SECONDS",
+                   help="recordings: a new episode where no command was sent for longer than this")
+    c.add_argument("--keep-holds", action="store_true",
+                   help="recordings: keep the steps the safety filter held (default: dropped)")
+    c.add_argument("--success", action="store_true",
+                   help="recordings: mark every episode successful (default: unknown, stored as not)")
     c.set_defaults(fn=cmd_demos_convert)
 
     dp = sub.add_parser("deploy", help="serve a trained policy on a ROS 2 robot (safety-filtered)")
