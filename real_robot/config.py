@@ -110,6 +110,9 @@ class RobotConfig:
         for cam in self.cameras:
             if cam.height <= 0 or cam.width <= 0:
                 raise ConfigError(f"robot config camera {cam.topic}: height and width must be > 0 pixels")
+        if len({(c.height, c.width) for c in self.cameras}) > 1:
+            raise ConfigError("robot config cameras: every camera needs the same height and width (the policy's rgb "
+                              "is (V, H, W, 3)); got " + ", ".join(f"{c.topic} {c.height}x{c.width}" for c in self.cameras))
         if self.safety.control_rate_hz != self.control_rate_hz:
             raise ConfigError(f"robot config control_rate_hz is {self.control_rate_hz:g} but safety.control_rate_hz is "
                               f"{self.safety.control_rate_hz:g}; the per-step limits are max_velocity / "

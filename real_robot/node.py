@@ -375,6 +375,7 @@ class PolicyNode:
             measured = self._joints[0] if self._joints is not None else np.zeros(self.robot.command_dim)
             decision = self.safety.hold(measured, [reason])
             self._publish(decision.command)
+            self._note(decision)
             return decision
         except Exception as err:
             self._log(logging.ERROR, "hold_failed", "could not send the hold: %s: %s", type(err).__name__, err)
