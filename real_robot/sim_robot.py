@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import sys
 import time
 from typing import Any
 
@@ -98,6 +99,8 @@ class SimRobot:
             obs = self.env.reset(seed=seed + ep)
             steps, ret, success = 0, 0.0, False
             while True:
+                while not self.commands.empty():  # only a command sent after this observation counts
+                    self.commands.get_nowait()
                 self._publish(obs)
                 if not linked:
                     action, linked = self._first_command(obs, startup_timeout), True
@@ -129,8 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--domain", type=int, default=None)
     args = ap.parse_args(argv)
     robot = load_robot(args.robot)
-    tr = make_transport(args.transport, args.domain)
+    if args.transport == "rclpy":
+        from real_robot.transport.ros import RclpyTransport
+
+        tr = RclpyTransport("robo_rl_sim_robot", domain_id=args.domain)
+    else:
+        tr = make_transport(args.transport, args.domain)
     sim = SimRobot(robot, args.task, tr, args.max_episode_steps, args.control_mode)
+    print("sim robot ready", file=sys.stderr, flush=True)
     time.sleep(1.5)  # DDS discovery
     results = sim.run(args.episodes, args.seed)
     print(json.dumps({"results": results}))
