@@ -97,9 +97,13 @@ def run(checkpoint: str, robot_path: str, transport: str | None = None, seconds:
     ``managed`` (rclpy): wait for a lifecycle manager's configure/activate instead of doing both here.
     ``ros_args``: rclpy arguments, e.g. ``["--ros-args", "-p", "control_rate_hz:=20.0"]``."""
     import dataclasses
+    import math
 
     from real_robot.transport.base import resolve_kind
 
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"--seconds {seconds!r}: give a finite number of seconds > 0, or leave it out to serve "
+                          "until Ctrl-C")
     robot = load_robot(robot_path)
     robot = dataclasses.replace(robot, transport=resolve_kind(transport or robot.transport))
     if record:

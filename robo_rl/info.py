@@ -1,4 +1,4 @@
-"""`robo-rl info`: registered names and a live check of each simulator backend."""
+"""`robo-rl info`: registered names and a live check of each simulator backend and of ROS 2."""
 
 from __future__ import annotations
 
@@ -54,8 +54,29 @@ def _check_torch() -> dict[str, Any]:
     return {"ok": True, "detail": detail}
 
 
+_ROS2_CHECK = ("import rclpy; from rclpy.signals import SignalHandlerOptions; "
+               "rclpy.init(signal_handler_options=SignalHandlerOptions.NO); "
+               "print('rmw=' + rclpy.get_rmw_implementation_identifier()); rclpy.shutdown()")
+
+
+def _check_ros2() -> dict[str, Any]:
+    rclpy = importlib.util.find_spec("rclpy") is not None
+    cyclone = importlib.util.find_spec("cyclonedds") is not None
+    if not rclpy:
+        return {"ok": cyclone, "detail": ("no rclpy: deploy uses the cyclonedds transport; " if cyclone else
+                                          "neither rclpy nor cyclonedds: ") + "pip install 'robo-rl[ros2]'"}
+    # A subprocess: rclpy.init touches process-wide state (the ROS context, DDS participants).
+    proc = subprocess.run([sys.executable, "-c", _ROS2_CHECK], capture_output=True, text=True, timeout=60)
+    rmw = next((ln.split("=", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("rmw=")), None)
+    if proc.returncode != 0 or rmw is None:
+        last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["unknown error"]
+        return {"ok": False, "detail": f"rclpy does not initialise: {last[0][:200]}"}
+    return {"ok": True, "detail": f"rclpy with {rmw} (transport auto = rclpy); cyclonedds {'too' if cyclone else 'absent'}"}
+
+
 def collect() -> dict[str, Any]:
     return {
         "registries": {"envs": ENVS.names(), "policies": POLICIES.names(), "algorithms": ALGORITHMS.names()},
-        "backends": {"torch": _check_torch(), "maniskill": _check_maniskill(), "libero": _check_libero()},
+        "backends": {"torch": _check_torch(), "maniskill": _check_maniskill(), "libero": _check_libero(),
+                     "ros2": _check_ros2()},
     }
