@@ -71,7 +71,10 @@ class PolicyNode:
         self._instruction = robot.default_instruction
         self._queue: deque[np.ndarray] = deque()  # steps; with trajectories, whole chunks (T, J)
         self._traj_until = 0.0  # clock time the last trajectory sent ends
-        self._obs_seq = 0
+        self._obs_seq = 0  # counts joint states and images received
+        self._inferred_seq = -1  # the _obs_seq the last inference started from
+        self._obs_event = threading.Event()  # set on each input: wakes the inference thread
+        self._inferred = threading.Condition()  # notified after each inference
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._diag_seen: tuple[int, int] = (0, 0)
@@ -127,6 +130,7 @@ class PolicyNode:
         with self._lock:
             self._images[i] = (rgb, t)
             self._obs_seq += 1
+        self._obs_event.set()
 
     def _on_joints(self, raw: bytes, _t: float) -> None:
         self._record(self.robot.joint_states_topic, raw)
@@ -139,6 +143,7 @@ class PolicyNode:
         with self._lock:
             self._joints = (q, qd if qd is not None else np.zeros_like(q), t)
             self._obs_seq += 1
+        self._obs_event.set()
         if self.reactive:
             if not self._queue:
                 self.infer_once()
@@ -152,6 +157,7 @@ class PolicyNode:
             return self._reject("state", err)
         with self._lock:
             self._state = (x, self.clock())
+        self._obs_event.set()
 
     def _on_instruction(self, raw: bytes, _t: float) -> None:
         self._record(self.robot.instruction_topic, raw)
@@ -320,6 +326,7 @@ class PolicyNode:
         q = self._joints[0]
         if self.trajectory:
             return self._trajectory_tick(q, age)
+        self._await_inference()
         with self._lock:
             action = self._queue.popleft() if self._queue else None
         target, ref = self._target(action, q)
@@ -327,6 +334,16 @@ class PolicyNode:
         self._publish(decision.command)
         self._note(decision)
         return decision
+
+    def _await_inference(self) -> None:
+        """With the inference thread running and nothing queued, wait up to 30% of a control period for an
+        inference on an observation that arrived since the last one, so a fresh action is not replaced by
+        a hold for want of a few milliseconds (a chunk in the queue or a model slower than that: no wait)."""
+        if self.reactive or not self._threads or self._queue or self._obs_seq == self._inferred_seq:
+            return
+        with self._inferred:
+            self._inferred.wait_for(lambda: bool(self._queue) or self._obs_seq == self._inferred_seq,
+                                    timeout=0.3 / self.robot.control_rate_hz)
 
     def _trajectory_tick(self, q: np.ndarray, age: float) -> Decision | None:
         now = self.clock()
@@ -430,12 +447,15 @@ class PolicyNode:
         self._stop.clear()
 
         def infer_loop() -> None:
-            seen = -1
             while not self._stop.is_set():
-                if self._obs_seq != seen and self._wants_inference() and self.infer_once():
-                    seen = self._obs_seq
-                else:
-                    time.sleep(0.001)
+                self._obs_event.wait(0.005)
+                self._obs_event.clear()
+                seq = self._obs_seq
+                if seq != self._inferred_seq and self._wants_inference():
+                    self.infer_once()
+                    with self._inferred:
+                        self._inferred_seq = seq
+                        self._inferred.notify_all()
 
         def control_loop() -> None:
             period = 1.0 / self.robot.control_rate_hz
