@@ -92,7 +92,7 @@ def main() -> int:
         rows.append((f"robo-rl deploy --transport {tr}", res["successes"], res["episodes"], res["ci95_low"],
                      res["ci95_high"], f"{res['wall_s']:.0f} s; holds {res['deploy_summary']['interventions']}"))
         (out / f"compare_{tr}.txt").write_text(cmp.stdout + cmp.stderr)
-        print(cmp.stdout.strip() or cmp.stderr.strip())
+        print((cmp.stdout.strip() or cmp.stderr.strip()).splitlines()[-1])
     print(f"{'path':36s} {'success':>9s} {'95% CI':>15s}  notes")
     for name, wins, n, lo, hi, note in rows:
         print(f"{name:36s} {wins:3d}/{n:<5d} [{lo:.2f}, {hi:.2f}]  {note}")
