@@ -151,9 +151,9 @@ def _run_plain(checkpoint: str, robot: RobotConfig, stop: StopSignals, seconds: 
     finally:
         node.stop()
         node.flush()
+        tr.close()  # no input callback can reach the recorder after this
         if recorder is not None:
             recorder.close()
-        tr.close()
     return {"commands_sent": node.sent, "interventions": dict(node.safety.counts), "rejected": dict(node.rejected),
             "missed_ticks": node.missed_ticks, "transport": tr.name}
 

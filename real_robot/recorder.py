@@ -49,6 +49,7 @@ class BagRecorder:
         self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
         self._writer.open()
         self._lock = threading.Lock()
+        self._closed = False
         ts = m.typestore()
         topics = [(cam.topic, "sensor_msgs/msg/Image") for cam in robot.cameras] + [
             (robot.joint_states_topic, "sensor_msgs/msg/JointState"), (robot.instruction_topic, "std_msgs/msg/String"),
@@ -58,7 +59,10 @@ class BagRecorder:
         self._conns = {t: self._writer.add_connection(t, typ, typestore=ts) for t, typ in topics}
 
     def write(self, topic: str, cdr: bytes, t_ns: int) -> None:
+        """Append one message; after ``close`` (a subscription callback still in flight at shutdown) a no-op."""
         with self._lock:
+            if self._closed:
+                return
             self._writer.write(self._conns[topic], int(t_ns), cdr)
 
     def intervention(self, held: bool, kinds: tuple[str, ...], t_ns: int) -> None:
@@ -67,7 +71,9 @@ class BagRecorder:
 
     def close(self) -> None:
         with self._lock:
-            self._writer.close()
+            if not self._closed:
+                self._closed = True
+                self._writer.close()
 
 
 def replay(path: str | Path, robot: RobotConfig) -> Iterator[dict[str, Any]]:

@@ -81,7 +81,8 @@ def _summary(stdout: str) -> dict:
                                                       ("cyclonedds", signal.SIGINT, "reliable"),
                                                       ("cyclonedds", signal.SIGTERM, "sensor_data")])
 def test_signal_sends_the_final_hold_and_exits_within_a_second(tmp_path, transport, sig, camera_qos):
-    s = Session(tmp_path, transport, {"camera": CAMERA, "camera_qos": camera_qos},
+    bag = tmp_path / "bag"
+    s = Session(tmp_path, transport, {"camera": CAMERA, "camera_qos": camera_qos}, ("--record", str(bag)),
                 cameras=[{k: CAMERA[k] for k in ("topic", "height", "width")}])
     try:
         s.wait_ready()
@@ -96,7 +97,7 @@ def test_signal_sends_the_final_hold_and_exits_within_a_second(tmp_path, transpo
     assert s.deploy.returncode == 0, err[-3000:]
     summary = _summary(out)
     assert summary["stopped_by"] == signal.Signals(sig).name and summary["transport"] == transport
-    assert summary["interventions"].get("stopped") == 1 and not summary["rejected"], summary
+    assert summary["interventions"].get("stopped") == 1 and not summary["rejected"], (summary, err[-3000:])
     cmds = res["commands"]
     assert len(cmds) >= 20, len(cmds)
     last = cmds[-1]
@@ -105,6 +106,14 @@ def test_signal_sends_the_final_hold_and_exits_within_a_second(tmp_path, transpo
     before = [c["data"] for c in cmds if c["t"] < t_sig]
     assert np.all(np.abs(np.array(last["data"]) - np.array(before[-1])) <= STEP + 1e-9)  # the hold: no jump
     assert "Traceback" not in err and "context is invalid" not in err
+    # the recording converts into training episodes: one step per command, the final hold dropped
+    demos = tmp_path / "demos.h5"
+    conv = subprocess.run([sys.executable, "-m", "robo_rl.cli", "demos", "convert", str(bag), "--robot",
+                           str(tmp_path / f"robot_{transport}.yaml"), "--out", str(demos)], cwd=REPO, env=s.env,
+                          capture_output=True, text=True, timeout=120)
+    assert conv.returncode == 0, conv.stderr[-2000:]
+    info = json.loads(conv.stdout)
+    assert info["episodes"] == 1 and abs(info["steps"] - (summary["commands_sent"] - 1)) <= 2, info
 
 
 def test_estop_latches_until_the_reset_service_with_fresh_inputs(tmp_path):
