@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from std_srvs.srv import Trigger
@@ -37,7 +38,14 @@ TOPIC_PARAMS = ("joint_states_topic", "command_topic", "instruction_topic", "est
 
 def apply_parameters(robot: RobotConfig, params: dict[str, Any]) -> RobotConfig:
     """The robot config with ROS parameter values put over it (re-validated; one-line ConfigError)."""
-    changes = {k: str(params[k]) for k in TOPIC_PARAMS if k in params}
+    for k, v in params.items():
+        numeric = k in ("control_rate_hz", "startup_timeout_s")
+        ok = (isinstance(v, (int, float)) and not isinstance(v, bool)) if numeric else (
+            all(isinstance(t, str) for t in v) if k == "camera_topics" else isinstance(v, str))
+        if not ok:
+            want = "a number" if numeric else "a list of topic names" if k == "camera_topics" else "a topic name"
+            raise ConfigError(f"ROS parameter {k} = {v!r}; it must be {want}")
+    changes: dict[str, Any] = {k: str(params[k]) for k in TOPIC_PARAMS if k in params}
     if "control_rate_hz" in params:
         rate = float(params["control_rate_hz"])
         changes["control_rate_hz"] = rate
@@ -77,12 +85,14 @@ class LifecyclePolicyNode(LifecycleNode):
         self.last_error: str | None = None
         self._cancel = threading.Event()
         self._group = ReentrantCallbackGroup()
+        # dynamic typing: ``control_rate_hz:=20`` (an integer) is as good as 20.0; values are checked at configure
+        any_type = ParameterDescriptor(dynamic_typing=True)
         for key in TOPIC_PARAMS:
-            self.declare_parameter(key, getattr(robot, key))
-        self.declare_parameter("control_rate_hz", float(robot.control_rate_hz))
-        self.declare_parameter("startup_timeout_s", float(robot.startup_timeout_s))
+            self.declare_parameter(key, getattr(robot, key), any_type)
+        self.declare_parameter("control_rate_hz", float(robot.control_rate_hz), any_type)
+        self.declare_parameter("startup_timeout_s", float(robot.startup_timeout_s), any_type)
         if robot.cameras:
-            self.declare_parameter("camera_topics", [c.topic for c in robot.cameras])
+            self.declare_parameter("camera_topics", [c.topic for c in robot.cameras], any_type)
         self.create_service(Trigger, "~/reset_estop", self._on_reset_estop, callback_group=self._group)
 
     def _params(self) -> dict[str, Any]:

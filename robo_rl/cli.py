@@ -685,7 +685,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robo-rl: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("robo-rl: interrupted; resume with 'robo-rl train --resume RUN_DIR'", file=sys.stderr)
+        hint = "; resume with 'robo-rl train --resume RUN_DIR'" if getattr(args, "fn", None) is cmd_train else ""
+        print(f"robo-rl: interrupted{hint}", file=sys.stderr)
         return 130
 
 

@@ -96,6 +96,10 @@ BAD = [
     ("ppo", ["--runs", ","], "--runs ',': no entries"),
     ("ros", ["--rate", "0"], "--rate 0.0 must be > 0"),
     ("ros", ["--seconds", "-1"], "--seconds -1.0 must be > 0"),
+    ("ros", ["--transport", "zenoh"], "argument --transport: invalid choice: 'zenoh'"),
+    ("ros", ["--domain", "-1"], "--domain -1 must be >= 0"),
+    ("ros", ["--domain", "233"], "--domain 233 must be <= 232"),
+    ("ros", ["--peer"], "--peer needs one --transport"),
 ]
 
 
@@ -112,7 +116,7 @@ def blocker(tmp_path):
 
 
 @pytest.mark.parametrize("bench,flag", [("decode", "--json"), ("sample", "--json"), ("scale", "--json"),
-                                        ("chunks", "--json"), ("ppo", "--out")])
+                                        ("chunks", "--json"), ("ros", "--json"), ("ppo", "--out")])
 def test_unwritable_output_fails_before_the_measurement(no_heavy, capsys, blocker, bench, flag):
     bad = blocker / "sub" / "r.json"  # a path under a regular file: its parent can never be created
     _fails(capsys, bench, [flag, str(bad)], f"{flag} {bad}: cannot create {bad.parent}: {blocker} is not a directory")
