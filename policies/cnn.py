@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from policies.mlp import _ACT, GaussianActorCritic, mlp
+from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.normalize import RunningMeanStd
@@ -25,20 +26,20 @@ class CNNConfig:
 
     name: str = "cnn"
     """Registry name of the policy."""
-    feature_dim: int = 256
-    """Width of the image feature."""
-    hidden: tuple[int, ...] = (256, 256)
-    """Head MLP widths."""
+    feature_dim: int = ranged(256, ge=1)
+    """Width of the image feature. Range: >= 1."""
+    hidden: tuple[int, ...] = ranged((256, 256), ge=1)
+    """Head MLP widths. Range: each >= 1."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = "relu"
     """Head activation."""
     use_state: bool = True
     """Concatenate the proprioceptive state to the image feature."""
-    init_log_std: float = -0.5
-    """Initial log standard deviation of the action Gaussian."""
+    init_log_std: float = ranged(-0.5, ge=-20, le=20)
+    """Initial log standard deviation of the action Gaussian (its exp stays a normal float32). Range: in
+    [-20, 20]."""
 
     def __post_init__(self) -> None:
-        if self.feature_dim < 1:
-            raise ConfigError(f"config key 'policy.feature_dim' = {self.feature_dim} must be >= 1")
+        check_ranges(self, "policy")
 
 
 class CNNEncoder(nn.Module):

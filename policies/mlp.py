@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.normalize import RunningMeanStd
@@ -27,17 +28,20 @@ class MLPConfig:
 
     name: str = "mlp"
     """Registry name of the policy."""
-    hidden: tuple[int, ...] = (256, 256, 256)
-    """Hidden layer widths (shared by actor and critic, separate weights)."""
+    hidden: tuple[int, ...] = ranged((256, 256, 256), ge=1)
+    """Hidden layer widths (shared by actor and critic, separate weights); at least one layer. Range: each
+    >= 1."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
     """Hidden activation."""
-    init_log_std: float = -0.5
-    """Initial log standard deviation of the action Gaussian."""
+    init_log_std: float = ranged(-0.5, ge=-20, le=20)
+    """Initial log standard deviation of the action Gaussian (its exp stays a normal float32). Range: in
+    [-20, 20]."""
     normalize_obs: bool = True
     """Keep running mean/std of the state and normalize inputs (saved with the weights)."""
 
     def __post_init__(self) -> None:
-        if not self.hidden or any(h < 1 for h in self.hidden):
+        check_ranges(self, "policy")
+        if not self.hidden:
             raise ConfigError(f"config key 'policy.hidden' = {list(self.hidden)} must be a non-empty list of positive ints")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 
 
@@ -20,56 +21,51 @@ from robo_rl.errors import ConfigError
 class VariationConfig:
     """What to vary at every reset (all off by default)."""
 
-    camera_jitter: float = 0.0
-    """Uniform +- offset of the main camera position (metres)."""
-    camera_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    camera_jitter: float = ranged(0.0, ge=0, unit="metres")
+    """Uniform +- offset of the main camera position (metres). Range: >= 0 metres."""
+    camera_offset: tuple[float, float, float] = ranged((0.0, 0.0, 0.0))
     """Fixed xyz shift of the main camera position, the same every episode (metres): a systematic
-    out-of-distribution view, added to any jitter."""
-    light_scale: tuple[float, float] = (1.0, 1.0)
-    """Scene light intensity multiplied by U(low, high)."""
-    retexture: float = 0.0
-    """Probability per episode that the table and floor textures are replaced by random plain colours."""
-    object_recolor: float = 0.0
-    """Probability per episode that the task's movable objects take a random colour unseen in training."""
-    distractors: int = 0
-    """Small coloured boxes scattered on the table each episode (ManiSkill tabletop tasks)."""
-    object_pose_jitter: float = 0.0
-    """Uniform +- xy offset of movable objects' initial positions (metres)."""
-    object_pose_offset: tuple[float, float] = (0.0, 0.0)
+    out-of-distribution view, added to any jitter. Range: any finite numbers."""
+    light_scale: tuple[float, float] = ranged((1.0, 1.0), ge=0)
+    """Scene light intensity multiplied by U(low, high), low <= high. Range: each >= 0."""
+    retexture: float = ranged(0.0, ge=0, le=1, what="a probability")
+    """Probability per episode that the table and floor textures are replaced by random plain colours.
+    Range: in [0, 1]."""
+    object_recolor: float = ranged(0.0, ge=0, le=1, what="a probability")
+    """Probability per episode that the task's movable objects take a random colour unseen in training.
+    Range: in [0, 1]."""
+    distractors: int = ranged(0, ge=0)
+    """Small coloured boxes scattered on the table each episode (ManiSkill tabletop tasks). Range: >= 0."""
+    object_pose_jitter: float = ranged(0.0, ge=0, unit="metres")
+    """Uniform +- xy offset of movable objects' initial positions (metres). Range: >= 0 metres."""
+    object_pose_offset: tuple[float, float] = ranged((0.0, 0.0))
     """Fixed xy shift of movable objects' initial positions, the same every episode (metres), added to
-    any jitter."""
-    offset_prob: float = 1.0
+    any jitter. Range: any finite numbers."""
+    offset_prob: float = ranged(1.0, ge=0, le=1, what="a probability")
     """Probability per episode that the fixed ``camera_offset`` and ``object_pose_offset`` apply (1 = every
     episode; e.g. 0.5 mixes in-distribution and shifted episodes). Drawn from its own stream of the
     episode seed (``offset_applies``), so the other draws and which episodes are shifted do not depend on
-    each other."""
+    each other. Range: in [0, 1]."""
     paraphrase: bool = False
     """Replace the instruction with a paraphrase (verb synonyms, reordered politeness)."""
-    perturb_step: int = 20
-    """Control step of each episode at which movable objects are displaced (with perturb_distance > 0)."""
-    perturb_distance: float = 0.0
-    """Uniform +- xy displacement of movable objects at perturb_step, a mid-episode push (metres; 0 = off)."""
+    perturb_step: int = ranged(20, ge=0)
+    """Control step of each episode at which movable objects are displaced (with perturb_distance > 0).
+    Range: >= 0."""
+    perturb_distance: float = ranged(0.0, ge=0, unit="metres")
+    """Uniform +- xy displacement of movable objects at perturb_step, a mid-episode push (metres; 0 = off).
+    Range: >= 0 metres."""
 
     def __post_init__(self) -> None:
-        lo, hi = self.light_scale
-        if not 0.0 <= lo <= hi:
-            raise ConfigError(f"config key 'env.variations.light_scale' = {list(self.light_scale)} needs 0 <= low <= high")
-        if self.camera_jitter < 0 or self.object_pose_jitter < 0 or self.perturb_distance < 0:
-            raise ConfigError("config keys 'env.variations.camera_jitter'/'object_pose_jitter'/'perturb_distance' "
-                              "must be >= 0 metres")
-        for key, value, n in (("camera_offset", self.camera_offset, 3), ("object_pose_offset", self.object_pose_offset, 2)):
+        check_ranges(self, "env.variations")
+        lengths = (("camera_offset", self.camera_offset, 3), ("light_scale", self.light_scale, 2),
+                   ("object_pose_offset", self.object_pose_offset, 2))
+        for key, value, n in lengths:
             if len(value) != n:
-                raise ConfigError(f"config key 'env.variations.{key}' = {list(value)} needs {n} numbers (metres)")
-        if not 0.0 <= self.retexture <= 1.0:
-            raise ConfigError(f"config key 'env.variations.retexture' = {self.retexture} is a probability in [0, 1]")
-        if not 0.0 <= self.offset_prob <= 1.0:
-            raise ConfigError(f"config key 'env.variations.offset_prob' = {self.offset_prob} is a probability in [0, 1]")
-        if not 0.0 <= self.object_recolor <= 1.0:
-            raise ConfigError(f"config key 'env.variations.object_recolor' = {self.object_recolor} is a probability in [0, 1]")
-        if self.distractors < 0:
-            raise ConfigError(f"config key 'env.variations.distractors' = {self.distractors} must be >= 0")
-        if self.perturb_step < 0:
-            raise ConfigError(f"config key 'env.variations.perturb_step' = {self.perturb_step} must be >= 0")
+                raise ConfigError(f"config key 'env.variations.{key}' = {list(value)} needs {n} numbers")
+        lo, hi = self.light_scale
+        if not lo <= hi:
+            raise ConfigError(f"config key 'env.variations.light_scale' = {list(self.light_scale)} needs "
+                              f"0 <= low <= high")
 
     @property
     def active(self) -> bool:

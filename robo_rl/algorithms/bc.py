@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 
 from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 
 
@@ -25,49 +26,45 @@ class BCConfig:
     dataset: str | list[str] = ""
     """robo-rl episodes file (``robo-rl demos generate``) or an official LIBERO hdf5 file, or a list of
     episodes files pooled into one dataset (same env, task and modes; disjoint seeds)."""
-    lr: float = 1e-4
-    """AdamW learning rate."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    batch_size: int = 32
-    """Transitions per gradient step."""
-    epochs: float = 10.0
-    """Passes over the training transitions."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
-    val_fraction: float = 0.1
-    """Episodes held out to report validation loss."""
+    lr: float = ranged(1e-4, gt=0)
+    """AdamW learning rate. Range: > 0."""
+    weight_decay: float = ranged(0.0, ge=0)
+    """AdamW weight decay. Range: >= 0."""
+    batch_size: int = ranged(32, ge=1)
+    """Transitions per gradient step. Range: >= 1."""
+    epochs: float = ranged(10.0, gt=0)
+    """Passes over the training transitions. Range: > 0."""
+    max_grad_norm: float = ranged(1.0, gt=0)
+    """Global gradient-norm clip (``clip_grad_norm_``; a negative max would flip the gradient). Range: > 0."""
+    val_fraction: float = ranged(0.1, ge=0, lt=1, what="a fraction")
+    """Episodes held out to report validation loss. Range: in [0, 1)."""
     only_success: bool = True
     """Train only on episodes that ended in success."""
-    max_episodes: int | None = None
-    """Use at most this many episodes (null: all)."""
+    max_episodes: int | None = ranged(None, ge=1)
+    """Use at most this many episodes (null: all). Range: >= 1."""
     norm_mask: Literal["all", "all_but_last"] = "all"
     """Action dims normalized by dataset quantiles for token policies: all, or all but the gripper
     (OpenVLA's choice for datasets whose gripper action is already in [-1, 1])."""
-    log_every: int = 50
-    """Gradient steps per metrics row."""
-    eval_every: int = 500
-    """Gradient steps between policy evaluations in the env (0 disables)."""
+    log_every: int = ranged(50, ge=1)
+    """Gradient steps per metrics row. Range: >= 1."""
+    eval_every: int = ranged(500, ge=0)
+    """Gradient steps between policy evaluations in the env (0 disables). Range: >= 0."""
     keep_best_val: bool = False
     """Early stopping on the validation NLL (checked every ``log_every`` steps): the saved checkpoint and the
     final evaluation use the weights with the lowest validation NLL, not the last (needs val_fraction > 0;
     holds one copy of the weights in host memory)."""
 
-    image_shift: int = 0
+    image_shift: int = ranged(0, ge=0, unit="pixels")
     """Random-shift augmentation of training images (DrQ / random crop): each image is padded by this
     many edge pixels and cropped back at a random offset, per image and camera (0: off; validation and
     evaluation images are never shifted). Measured: 8 at 128 px cut the small pi0's PushCube success from
-    0.51 to 0.13 (one fixed camera: pixel position is world position; README), so it is off by default."""
+    0.51 to 0.13 (one fixed camera: pixel position is world position; README), so it is off by default.
+    Range: >= 0 pixels."""
 
     def __post_init__(self) -> None:
+        check_ranges(self, "algo")
         if not self.dataset:
             raise ConfigError("config key 'algo.dataset' is required for bc: a demonstrations file from 'robo-rl demos generate'")
-        if self.batch_size < 1 or self.epochs <= 0 or self.lr <= 0:
-            raise ConfigError("config keys 'algo.batch_size', 'algo.epochs' and 'algo.lr' must be > 0")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(f"config key 'algo.val_fraction' = {self.val_fraction} must be in [0, 1)")
-        if self.image_shift < 0:
-            raise ConfigError(f"config key 'algo.image_shift' = {self.image_shift} must be >= 0 (pixels; 0 disables it)")
         if self.keep_best_val and self.val_fraction <= 0:
             raise ConfigError("config key 'algo.keep_best_val' needs held-out episodes: set 'algo.val_fraction' > 0 "
                               "(e.g. 0.1) or keep_best_val: false")

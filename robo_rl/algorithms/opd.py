@@ -21,6 +21,7 @@ import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
 
@@ -33,26 +34,25 @@ class OPDConfig:
     """Registry name of the algorithm."""
     teacher: str = ""
     """Teacher policy: a robo-rl run directory or checkpoint (loaded by the runner)."""
-    lr: float = 1e-4
-    """Adam learning rate."""
-    epochs: int = 2
-    """Passes over each rollout."""
-    minibatches: int = 4
-    """Minibatches per epoch."""
-    clip_coef: float = 0.2
-    """Per-token ratio clip."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
-    gamma: float = 0.99
-    """Unused by the loss (no env reward); kept for the rollout's bookkeeping."""
-    gae_lambda: float = 0.95
-    """Unused by the loss; kept for the rollout's bookkeeping."""
+    lr: float = ranged(1e-4, gt=0)
+    """Adam learning rate. Range: > 0."""
+    epochs: int = ranged(2, ge=1)
+    """Passes over each rollout. Range: >= 1."""
+    minibatches: int = ranged(4, ge=1)
+    """Minibatches per epoch. Range: >= 1."""
+    clip_coef: float = ranged(0.2, gt=0)
+    """Per-token ratio clip. Range: > 0."""
+    max_grad_norm: float = ranged(1.0, gt=0)
+    """Global gradient-norm clip (``clip_grad_norm_``; a negative max would flip the gradient). Range: > 0."""
+    gamma: float = ranged(0.99, gt=0, le=1)
+    """Unused by the loss (no env reward); kept for the rollout's bookkeeping. Range: in (0, 1]."""
+    gae_lambda: float = ranged(0.95, ge=0, le=1)
+    """Unused by the loss; kept for the rollout's bookkeeping. Range: in [0, 1]."""
 
     def __post_init__(self) -> None:
+        check_ranges(self, "algo")
         if not self.teacher:
             raise ConfigError("config key 'algo.teacher' is required for opd: a run directory or checkpoint of the teacher policy")
-        if self.lr <= 0 or self.epochs < 1 or self.minibatches < 1 or self.clip_coef <= 0:
-            raise ConfigError("config keys 'algo.lr', 'algo.clip_coef' must be > 0 and 'algo.epochs', 'algo.minibatches' >= 1")
 
 
 def opd_advantages(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:

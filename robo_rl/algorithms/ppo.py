@@ -10,7 +10,7 @@ import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import load_optimizer_state
-from robo_rl.errors import ConfigError
+from robo_rl.config import check_ranges, ranged
 from robo_rl.rollout.buffer import RolloutBatch
 
 
@@ -20,61 +20,49 @@ class PPOConfig:
 
     name: str = "ppo"
     """Registry name of the algorithm."""
-    lr: float = 3e-4
-    """Adam learning rate."""
+    lr: float = ranged(3e-4, gt=0)
+    """Adam learning rate. Range: > 0."""
     lr_schedule: Literal["constant", "linear"] = "constant"
     """Learning-rate schedule over the run's total env steps."""
-    gamma: float = 0.8
-    """Discount factor."""
-    gae_lambda: float = 0.9
-    """GAE lambda."""
-    clip_coef: float = 0.2
-    """Surrogate ratio clip."""
-    clip_value: float | None = 0.2
-    """Value-loss clip around the old value (null disables)."""
-    ent_coef: float = 0.0
-    """Entropy bonus weight."""
-    vf_coef: float = 0.5
-    """Value-loss weight."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
-    epochs: int = 8
-    """Passes over each rollout."""
-    minibatches: int = 8
-    """Minibatches per epoch."""
-    target_kl: float | None = 0.1
-    """Stop the epoch loop once approx-KL exceeds this (null disables)."""
+    gamma: float = ranged(0.8, gt=0, le=1)
+    """Discount factor. Range: in (0, 1]."""
+    gae_lambda: float = ranged(0.9, ge=0, le=1)
+    """GAE lambda. Range: in [0, 1]."""
+    clip_coef: float = ranged(0.2, gt=0)
+    """Surrogate ratio clip. Range: > 0."""
+    clip_value: float | None = ranged(0.2, gt=0)
+    """Value-loss clip around the old value (null disables). Range: > 0."""
+    ent_coef: float = ranged(0.0, ge=0)
+    """Entropy bonus weight. Range: >= 0."""
+    vf_coef: float = ranged(0.5, ge=0)
+    """Value-loss weight. Range: >= 0."""
+    max_grad_norm: float = ranged(0.5, gt=0)
+    """Global gradient-norm clip (``clip_grad_norm_``; a negative max would flip the gradient). Range: > 0."""
+    epochs: int = ranged(8, ge=1)
+    """Passes over each rollout. Range: >= 1."""
+    minibatches: int = ranged(8, ge=1)
+    """Minibatches per epoch. Range: >= 1."""
+    target_kl: float | None = ranged(0.1, gt=0)
+    """Stop the epoch loop once approx-KL exceeds this (null disables). Range: > 0."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
-    value_lr: float | None = None
-    """Learning rate of the critic's own parameters (``policy.value_parameters()``); null = ``lr``."""
-    critic_warmup_iters: int = 0
+    value_lr: float | None = ranged(None, gt=0)
+    """Learning rate of the critic's own parameters (``policy.value_parameters()``); null = ``lr``.
+    Range: > 0."""
+    critic_warmup_iters: int = ranged(0, ge=0)
     """First N updates train only the critic (``policy.value_parameters()``) on the value loss
-    (RL4VLA's critic warm-up for pretrained policies)."""
+    (RL4VLA's critic warm-up for pretrained policies). Range: >= 0."""
     value_loss: Literal["mse", "huber"] = "mse"
     """Value regression loss; huber is RL4VLA's choice for VLAs."""
-    huber_delta: float = 1.0
-    """Huber transition point (in return units)."""
+    huber_delta: float = ranged(1.0, gt=0)
+    """Huber transition point (in return units). Range: > 0."""
     bootstrap_on_terminated: bool = False
     """Bootstrap from V(final_obs) also when an episode is terminated. ManiSkill terminates on
     success, but a success state is a goal to hold, not the end of value: without this, the agent
     learns that hovering next to the goal (dense reward every step) beats succeeding (reward once)."""
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.gamma <= 1.0:
-            raise ConfigError(f"config key 'algo.gamma' = {self.gamma} must be in (0, 1]")
-        if not 0.0 <= self.gae_lambda <= 1.0:
-            raise ConfigError(f"config key 'algo.gae_lambda' = {self.gae_lambda} must be in [0, 1]")
-        if self.lr <= 0:
-            raise ConfigError(f"config key 'algo.lr' = {self.lr} must be > 0")
-        if self.epochs < 1 or self.minibatches < 1:
-            raise ConfigError("config keys 'algo.epochs' and 'algo.minibatches' must be >= 1")
-        if self.value_lr is not None and self.value_lr <= 0:
-            raise ConfigError(f"config key 'algo.value_lr' = {self.value_lr} must be > 0 (or null)")
-        if self.critic_warmup_iters < 0:
-            raise ConfigError(f"config key 'algo.critic_warmup_iters' = {self.critic_warmup_iters} must be >= 0")
-        if self.clip_coef <= 0:
-            raise ConfigError(f"config key 'algo.clip_coef' = {self.clip_coef} must be > 0")
+        check_ranges(self, "algo")
 
 
 def _regression(pred: torch.Tensor, target: torch.Tensor, huber_delta: float | None) -> torch.Tensor:

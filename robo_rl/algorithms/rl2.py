@@ -44,29 +44,30 @@ import torch
 from torch import nn
 
 from robo_rl.algorithms.advantages import gae
+from robo_rl.config import check_ranges, ranged
 
 
 @dataclass(frozen=True)
 class SteeringConfig:
     """RL^2 steering hyper-parameters."""
 
-    beta: float = 1.0
-    """Weight of v_phi in the composed velocity."""
-    tau: float = 0.5
-    """Steer only where p_fail > tau."""
-    hidden: int = 128
-    """Hidden width of v_phi and of the failure predictor."""
-    temperature: float = 1.0
-    """Advantage temperature T of the weights w = exp(A / T)."""
-    max_weight: float = 20.0
-    """Clip of the advantage weights."""
+    beta: float = ranged(1.0, gt=0)
+    """Weight of v_phi in the composed velocity. Range: > 0."""
+    tau: float = ranged(0.5)
+    """Steer only where p_fail > tau (below 0: every call; 1 or more: none). Range: any finite number."""
+    hidden: int = ranged(128, ge=1)
+    """Hidden width of v_phi and of the failure predictor. Range: >= 1."""
+    temperature: float = ranged(1.0, gt=0)
+    """Advantage temperature T of the weights w = exp(A / T). Range: > 0."""
+    max_weight: float = ranged(20.0, gt=0)
+    """Clip of the advantage weights. Range: > 0."""
     baseline: bool = True
     """Steer with the advantage shift only: v_phi = h_w - h_1 (see the module docstring)."""
     advantage: str = "value"
     """"value": return-to-go minus a fitted V(o); "gae": GAE(gae_lambda) on that V; "return": the
     standardized return-to-go."""
-    gae_lambda: float = 0.9
-    """GAE lambda of ``advantage="gae"`` (1 = the "value" advantage, 0 = one-step TD)."""
+    gae_lambda: float = ranged(0.9, ge=0, le=1)
+    """GAE lambda of ``advantage="gae"`` (1 = the "value" advantage, 0 = one-step TD). Range: in [0, 1]."""
     shared_head: bool = True
     """With ``baseline``: h_w and h_1 are one network with a weighted/unweighted flag (False: two nets)."""
     returns: str = "success"
@@ -93,6 +94,7 @@ class SteeringConfig:
             raise ValueError(f"SteeringConfig.temperature={self.temperature}: the advantage temperature must be > 0")
         if not (self.beta > 0 and math.isfinite(self.beta)):
             raise ValueError(f"SteeringConfig.beta={self.beta}: the steering scale must be a finite number > 0")
+        check_ranges(self, "steering")
 
 
 class VelocityHead(nn.Module):

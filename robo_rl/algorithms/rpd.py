@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 
 from robo_rl.algorithms.ppo import PPO, PPOConfig
+from robo_rl.config import ranged
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
 
@@ -31,8 +32,8 @@ class RPDConfig(PPOConfig):
     """Registry name of the algorithm."""
     teacher: str = ""
     """Teacher policy: a robo-rl run directory or checkpoint (loaded by the runner)."""
-    lambda_: float = 1.0
-    """Weight of the distance term."""
+    lambda_: float = ranged(1.0, ge=0)
+    """Weight of the distance term. Range: >= 0."""
     anneal: Literal["constant", "linear"] = "constant"
     """constant, or linear decay of lambda to 0 over the run's env steps."""
     distance: Literal["mse", "l1", "nll"] = "mse"
@@ -42,8 +43,6 @@ class RPDConfig(PPOConfig):
         super().__post_init__()
         if not self.teacher:
             raise ConfigError("config key 'algo.teacher' is required for rpd: a run directory or checkpoint of the teacher policy")
-        if self.lambda_ < 0:
-            raise ConfigError(f"config key 'algo.lambda_' = {self.lambda_} must be >= 0")
 
 
 class RPD(PPO):

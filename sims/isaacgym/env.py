@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, SimulatorUnavailable
 
@@ -62,20 +63,19 @@ class IsaacGymConfig:
     """Import string of the IsaacGymTask class, 'package.module:Class'."""
     task_kwargs: dict = field(default_factory=dict)
     """Keyword arguments for the task class."""
-    num_envs: int = 256
-    """Envs batched in the one sim."""
-    device: int = 0
-    """CUDA device for physics."""
-    graphics_device: int = -1
-    """Graphics device for cameras (-1 = headless, no rendering)."""
-    dt: float = 1.0 / 60.0
-    """Physics step (seconds)."""
-    substeps: int = 2
-    """Physics substeps per step."""
+    num_envs: int = ranged(256, ge=1, le=2**31 - 1)
+    """Envs batched in the one sim (Isaac Gym counts envs in a C int). Range: in [1, 2**31 - 1]."""
+    device: int = ranged(0, ge=0, le=2**31 - 1)
+    """CUDA device for physics. Range: in [0, 2**31 - 1]."""
+    graphics_device: int = ranged(-1, ge=-1, le=2**31 - 1)
+    """Graphics device for cameras (-1 = headless, no rendering). Range: in [-1, 2**31 - 1]."""
+    dt: float = ranged(1.0 / 60.0, gt=0, unit="seconds")
+    """Physics step (seconds). Range: > 0 seconds."""
+    substeps: int = ranged(2, ge=1, le=2**31 - 1)
+    """Physics substeps per step. Range: in [1, 2**31 - 1]."""
 
     def __post_init__(self) -> None:
-        if self.num_envs < 1:
-            raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
+        check_ranges(self, "env")
         if ":" not in self.task:
             raise ConfigError(f"config key 'env.task' = {self.task!r} must name the task class as 'package.module:Class'")
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from sims.libero.suites import MAX_STEPS, check_suite, check_task_ids, suite_tasks
@@ -40,40 +41,39 @@ class LiberoConfig:
     """Registry name of the simulator."""
     suite: str = "libero_spatial"
     """libero_spatial | libero_object | libero_goal | libero_10 | libero_90."""
-    task_ids: tuple[int, ...] = (0,)
-    """Tasks of the suite; env i runs task_ids[i % len(task_ids)] (empty list = all tasks)."""
-    num_envs: int = 1
-    """Parallel envs, one spawn worker each."""
-    image_size: int = 128
-    """Camera width/height (pixels)."""
-    max_episode_steps: int | None = None
-    """Time limit; null = the suite's standard evaluation length."""
-    settle_steps: int = 10
-    """No-op steps after each reset so objects settle (not counted in the episode)."""
+    task_ids: tuple[int, ...] = ranged((0,), ge=0)
+    """Tasks of the suite; env i runs task_ids[i % len(task_ids)] (empty list = all tasks); each below the
+    suite's task count. Range: each >= 0."""
+    num_envs: int = ranged(1, ge=1)
+    """Parallel envs, one spawn worker each. Range: >= 1."""
+    image_size: int = ranged(128, ge=16, unit="pixels")
+    """Camera width/height (pixels). Range: >= 16 pixels."""
+    max_episode_steps: int | None = ranged(None, ge=1)
+    """Time limit; null = the suite's standard evaluation length. Range: >= 1."""
+    settle_steps: int = ranged(10, ge=0)
+    """No-op steps after each reset so objects settle (not counted in the episode). Range: >= 0."""
     fast_render: bool = False
     """Cheaper rendering for training (no shadows/reflections/MSAA); off for evaluation parity."""
     gl: Literal["osmesa", "egl"] = "osmesa"
     """MuJoCo headless GL backend."""
-    render_gpu: int | Literal["auto"] = "auto"
-    """EGL render device: an index, -1 for the default device, or auto (workers balanced over the visible GPUs)."""
-    step_timeout: float = 120.0
-    """Seconds before a worker step is declared hung and the worker replaced."""
-    envs_per_worker: int = 1
-    """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
-    worker_cpus: tuple[int, ...] | None = None
+    render_gpu: int | Literal["auto"] = ranged("auto", ge=-1)
+    """EGL render device: an index, -1 for the default device, or auto (workers balanced over the visible
+    GPUs). Range: >= -1."""
+    step_timeout: float = ranged(120.0, gt=0, le=2_000_000, unit="seconds")
+    """Seconds before a worker step is declared hung and the worker replaced (the wait is a poll in
+    milliseconds, a C int). Range: in (0, 2000000] seconds."""
+    envs_per_worker: int = ranged(1, ge=1)
+    """Envs hosted (and stepped in turn) by one worker process (CPU backend). Range: >= 1."""
+    worker_cpus: tuple[int, ...] | None = ranged(None, ge=0, le=2**31 - 1)
     """CPU ids the env worker processes are pinned to (null: no pinning). With ``run.policy_cpus`` on
-    the other cores, env steps and policy compute run side by side (what ``run.pipeline`` overlaps)."""
+    the other cores, env steps and policy compute run side by side (what ``run.pipeline`` overlaps).
+    Range: each in [0, 2**31 - 1]."""
     variations: VariationConfig = VariationConfig()
     """Per-reset camera / lighting / object-pose / instruction variations (all off by default)."""
 
     def __post_init__(self) -> None:
+        check_ranges(self, "env")
         check_suite(self.suite)
-        if self.num_envs < 1:
-            raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
-        if self.envs_per_worker < 1:
-            raise ConfigError(f"config key 'env.envs_per_worker' = {self.envs_per_worker} must be >= 1")
-        if self.image_size < 16:
-            raise ConfigError(f"config key 'env.image_size' = {self.image_size} must be >= 16")
         if self.variations.perturb_distance > 0:
             raise ConfigError("config key 'env.variations.perturb_distance': mid-episode perturbations exist for "
                               "ManiSkill only; set it to 0 for LIBERO")

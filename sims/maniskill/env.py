@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError, SimulatorUnavailable
 from sims.maniskill.tasks import check_assets, instruction_for, no_stdin_prompts
@@ -38,54 +39,52 @@ class ManiSkillConfig:
     """Registry name of the simulator."""
     task: str = "PushCube-v1"
     """ManiSkill env id, e.g. PickCube-v1."""
-    num_envs: int = 2
-    """Parallel envs (CPU: one spawn worker each)."""
+    num_envs: int = ranged(2, ge=1)
+    """Parallel envs (CPU: one spawn worker each). Range: >= 1."""
     obs_mode: Literal["state", "rgb"] = "state"
     """'state' (flat vector) or 'rgb' (camera images + proprio state)."""
     control_mode: str | None = "pd_joint_delta_pos"
     """Controller, e.g. pd_joint_delta_pos or pd_ee_delta_pose (null: the task's default)."""
     reward_mode: Literal["normalized_dense", "dense", "sparse", "none"] | None = "normalized_dense"
     """Reward shaping used for training (null: the task's default)."""
-    max_episode_steps: int | None = None
-    """Time limit; null keeps the task's default."""
+    max_episode_steps: int | None = ranged(None, ge=1)
+    """Time limit; null keeps the task's default. Range: >= 1."""
     backend: Literal["auto", "cpu", "gpu"] = "auto"
     """Physics backend: auto picks gpu when CUDA is available."""
-    image_size: int = 128
-    """Sensor camera width/height in rgb mode (pixels)."""
-    render_size: int = 256
-    """Width/height of video frames (pixels)."""
+    image_size: int = ranged(128, ge=16, unit="pixels")
+    """Sensor camera width/height in rgb mode (pixels). Range: >= 16 pixels."""
+    render_size: int = ranged(256, ge=16, unit="pixels")
+    """Width/height of video frames (pixels). Range: >= 16 pixels."""
     blind_chunk_steps: bool = True
     """rgb mode, single-env workers: render the cameras only on the step an action chunk ends on (the
     only observation the policy sees); the other steps of the chunk skip the render, which is nearly all
     of a CPU step's cost. Same physics, rewards and observations; false renders every step."""
-    step_timeout: float = 60.0
-    """Seconds before a worker step is declared hung and the worker replaced."""
-    envs_per_worker: int = 1
-    """Envs hosted (and stepped in turn) by one worker process (CPU backend)."""
-    worker_cpus: tuple[int, ...] | None = None
+    step_timeout: float = ranged(60.0, gt=0, le=2_000_000, unit="seconds")
+    """Seconds before a worker step is declared hung and the worker replaced (the wait is a poll in
+    milliseconds, a C int). Range: in (0, 2000000] seconds."""
+    envs_per_worker: int = ranged(1, ge=1)
+    """Envs hosted (and stepped in turn) by one worker process (CPU backend). Range: >= 1."""
+    worker_cpus: tuple[int, ...] | None = ranged(None, ge=0, le=2**31 - 1)
     """CPU ids the env worker processes are pinned to (null: no pinning). With ``run.policy_cpus`` on
-    the other cores, env steps and policy compute run side by side (what ``run.pipeline`` overlaps)."""
-    scene_workers: int | None = None
+    the other cores, env steps and policy compute run side by side (what ``run.pipeline`` overlaps).
+    Range: each in [0, 2**31 - 1]."""
+    scene_workers: int | None = ranged(None, ge=1)
     """Worker processes each holding one batched ManiSkill scene (GPU backend: null means 1; CPU
     backend: must equal num_envs, as physx_cpu holds one env per scene; null there means the
-    single-env workers above)."""
+    single-env workers above); at most ``num_envs``. Range: >= 1."""
     variations: VariationConfig = VariationConfig()
     """Per-reset camera / lighting / object-pose variations (CPU backend; off by default)."""
-    render_device: int | Literal["auto", "cpu"] = "auto"
-    """Render device of CPU-physics workers: a GPU index, cpu, or auto (balanced over visible GPUs)."""
+    render_device: int | Literal["auto", "cpu"] = ranged("auto", ge=0)
+    """Render device of CPU-physics workers: a GPU index, cpu, or auto (balanced over visible GPUs).
+    Range: >= 0."""
     extra: dict = field(default_factory=dict)
     """Extra keyword arguments passed to gym.make (e.g. sim_config)."""
 
     def __post_init__(self) -> None:
-        if self.num_envs < 1:
-            raise ConfigError(f"config key 'env.num_envs' = {self.num_envs} must be >= 1")
-        if self.envs_per_worker < 1:
-            raise ConfigError(f"config key 'env.envs_per_worker' = {self.envs_per_worker} must be >= 1")
-        if self.scene_workers is not None and not 1 <= self.scene_workers <= self.num_envs:
+        check_ranges(self, "env")
+        if self.scene_workers is not None and self.scene_workers > self.num_envs:
             raise ConfigError(f"config key 'env.scene_workers' = {self.scene_workers} must be in 1..env.num_envs "
                               f"({self.num_envs})")
-        if self.image_size < 16 or self.render_size < 16:
-            raise ConfigError("config keys 'env.image_size'/'env.render_size' must be >= 16 pixels")
 
     def with_num_envs(self, n: int) -> ManiSkillConfig:
         """This config for ``n`` envs (evaluation, a Ray actor's share): one scene per env stays so on

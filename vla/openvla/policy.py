@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.normalize import RunningMeanStd
@@ -52,25 +53,26 @@ class OpenVLAConfig:
     """Local directory: a released OpenVLA HF checkpoint, or one written by robo-rl (``vla build-mini``)."""
     unnorm_key: str | None = None
     """Dataset key of the checkpoint's norm_stats used to un-normalize actions (null if it has one)."""
-    camera: int = 0
-    """Which camera of ``obs['rgb']`` (V axis) the model sees."""
+    camera: int = ranged(0, ge=0)
+    """Which camera of ``obs['rgb']`` (V axis) the model sees. Range: >= 0."""
     prompt: str = "In: What action should the robot take to {instruction}?\nOut:"
     """Prompt template; the instruction is lower-cased as OpenVLA does."""
     default_instruction: str = "complete the task"
     """Instruction used when the observation carries none."""
-    max_prompt_tokens: int = 128
-    """Prompt budget in tokens; a longer instruction is an error (never silently truncated)."""
-    temperature: float = 1.0
-    """Sampling temperature of rollouts (evaluation is greedy); log-probs are under this temperature."""
-    value_hidden: int = 256
-    """Hidden width of the value head (reads the hidden state before the first action token)."""
+    max_prompt_tokens: int = ranged(128, ge=1)
+    """Prompt budget in tokens; a longer instruction is an error (never silently truncated). Range: >= 1."""
+    temperature: float = ranged(1.0, gt=0)
+    """Sampling temperature of rollouts (evaluation is greedy); log-probs are under this temperature.
+    Range: > 0."""
+    value_hidden: int = ranged(256, ge=1)
+    """Hidden width of the value head (reads the hidden state before the first action token). Range: >= 1."""
     value_detach: bool = False
     """Stop the value loss's gradient at the value head's input: the shared trunk (the actor) then learns
     from the policy loss only and the value head fits its features (RL4VLA lets both flow: false)."""
-    lora_rank: int = 0
-    """LoRA rank on the Llama projections through peft (0 = full fine-tuning)."""
-    lora_alpha: float = 16.0
-    """LoRA alpha."""
+    lora_rank: int = ranged(0, ge=0)
+    """LoRA rank on the Llama projections through peft (0 = full fine-tuning). Range: >= 0."""
+    lora_alpha: float = ranged(16.0, gt=0)
+    """LoRA alpha (the adapters' output is scaled by lora_alpha / lora_rank). Range: > 0."""
     freeze_vision: bool = False
     """Keep the vision backbone fixed."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -79,21 +81,19 @@ class OpenVLAConfig:
     """Add one prefix token projected from ``obs['state']`` (running-normalized), after the image
     patches, as OpenVLA-OFT's proprio projector does. Needed where the image does not show the goal
     (ManiSkill PickCube's goal is only in the state)."""
-    chunk: int = 1
-    """Action chunk H: SFT targets are the next H actions (H x A tokens); 1 = OpenVLA's single action."""
-    exec_steps: int | None = None
-    """Actions of the chunk decoded and executed per call (E <= H; null = H)."""
+    chunk: int = ranged(1, ge=1)
+    """Action chunk H: SFT targets are the next H actions (H x A tokens); 1 = OpenVLA's single action.
+    Range: >= 1."""
+    exec_steps: int | None = ranged(None, ge=1)
+    """Actions of the chunk decoded and executed per call (E <= H; null = H). Range: >= 1."""
 
     def __post_init__(self) -> None:
-        if self.chunk < 1:
-            raise ConfigError(f"config key 'policy.chunk' = {self.chunk} must be >= 1 (1 = one action per call)")
+        check_ranges(self, "policy")
         if self.exec_steps is not None and not 1 <= self.exec_steps <= self.chunk:
             raise ConfigError(f"config key 'policy.exec_steps' = {self.exec_steps} must be in [1, policy.chunk = "
                               f"{self.chunk}] (or null for the whole chunk)")
         if self.checkpoint is None and self.arch not in ARCH_PRESETS:
             raise ConfigError(f"config key 'policy.arch' = {self.arch!r} is not a preset; known: {', '.join(ARCH_PRESETS)}")
-        if self.temperature <= 0:
-            raise ConfigError(f"config key 'policy.temperature' = {self.temperature} must be > 0")
         if "{instruction}" not in self.prompt:
             raise ConfigError("config key 'policy.prompt' must contain '{instruction}'")
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
 from vla.openvla.text import ByteTokenizer, TextTokenizer, batch_instructions, check_prompt
@@ -41,24 +42,25 @@ class Pi0PolicyConfig:
     """Local directory: transformers PI0, openpi or LeRobot pi0 layout, or one written by robo-rl."""
     norm_asset_id: str | None = None
     """openpi checkpoints: which ``assets/<asset_id>/norm_stats.json`` to use (needed when there are several)."""
-    cameras: tuple[int, ...] = (0,)
-    """Which cameras of ``obs['rgb']`` (V axis) the model sees, in its camera order."""
-    exec_steps: int | None = None
-    """Actions executed per chunk (null: the whole chunk)."""
+    cameras: tuple[int, ...] = ranged((0,), ge=0)
+    """Which cameras of ``obs['rgb']`` (V axis) the model sees, in its camera order (at least one).
+    Range: each >= 0."""
+    exec_steps: int | None = ranged(None, ge=1)
+    """Actions executed per chunk (null: the whole chunk). Range: >= 1."""
     sampler: Literal["ode", "noise", "sde"] = "sde"
     """Rollout sampler: sde (Flow-SDE), noise (Flow-Noise) or ode (no log-probs: evaluation/SFT only)."""
-    noise_level: float = 0.5
-    """Flow-SDE noise level a."""
-    min_std: float = 0.02
-    """Flow-Noise noise-head std lower bound."""
-    max_std: float = 0.3
-    """Flow-Noise noise-head std upper bound."""
+    noise_level: float = ranged(0.5, ge=0)
+    """Flow-SDE noise level a (> 0 with sampler sde). Range: >= 0."""
+    min_std: float = ranged(0.02, gt=0)
+    """Flow-Noise noise-head std lower bound (below ``max_std``). Range: > 0."""
+    max_std: float = ranged(0.3, gt=0)
+    """Flow-Noise noise-head std upper bound. Range: > 0."""
     default_instruction: str = "complete the task"
     """Instruction used when the observation carries none."""
-    max_prompt_tokens: int = 48
-    """Prompt budget (pi0: 48); a longer instruction is an error, never truncated."""
-    value_hidden: int = 256
-    """Hidden width of the value head on the pooled prefix."""
+    max_prompt_tokens: int = ranged(48, ge=1)
+    """Prompt budget (pi0: 48); a longer instruction is an error, never truncated. Range: >= 1."""
+    value_hidden: int = ranged(256, ge=1)
+    """Hidden width of the value head on the pooled prefix. Range: >= 1."""
     freeze_vision: bool = False
     """Keep the SigLIP tower fixed."""
     require_norm_stats: bool = True
@@ -66,10 +68,11 @@ class Pi0PolicyConfig:
     when SFT will fit them from the demonstrations)."""
 
     def __post_init__(self) -> None:
+        check_ranges(self, "policy")
         if self.checkpoint is None and self.arch not in ARCH_PRESETS:
             raise ConfigError(f"config key 'policy.arch' = {self.arch!r} is not a preset; known: {', '.join(ARCH_PRESETS)}")
-        if self.exec_steps is not None and self.exec_steps < 1:
-            raise ConfigError(f"policy.exec_steps = {self.exec_steps} must be >= 1 (or null for the whole chunk)")
+        if not self.cameras:
+            raise ConfigError("config key 'policy.cameras' = []: list at least one camera index (e.g. [0])")
         SamplerConfig(self.sampler, self.noise_level, self.min_std, self.max_std)  # validates
         if self.sampler == "sde" and self.noise_level == 0:
             raise ConfigError("config key 'policy.noise_level' = 0 with sampler sde has zero std, so no "

@@ -25,6 +25,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 from vla.pi0.model import Pi0Model, Prefix
 
@@ -38,18 +39,20 @@ class SamplerConfig:
 
     kind: SamplerKind = "sde"
     """ode (deterministic, no log-prob), noise (Flow-Noise) or sde (Flow-SDE, one stochastic step)."""
-    noise_level: float = 0.5
-    """Flow-SDE noise level a."""
-    min_std: float = 0.02
-    """Flow-Noise: smallest per-step std of the noise head."""
-    max_std: float = 0.3
-    """Flow-Noise: largest per-step std."""
+    noise_level: float = ranged(0.5, ge=0)
+    """Flow-SDE noise level a. Range: >= 0."""
+    min_std: float = ranged(0.02, gt=0)
+    """Flow-Noise: smallest per-step std of the noise head (below ``max_std``). Range: > 0."""
+    max_std: float = ranged(0.3, gt=0)
+    """Flow-Noise: largest per-step std. Range: > 0."""
 
     def __post_init__(self) -> None:
+        check_ranges(self, "policy")
         if self.kind not in KINDS:
             raise ConfigError(f"sampler kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}")
-        if self.noise_level < 0 or not 0 < self.min_std < self.max_std:
-            raise ConfigError("sampler needs noise_level >= 0 and 0 < min_std < max_std")
+        if not self.min_std < self.max_std:
+            raise ConfigError(f"config keys 'policy.min_std' = {self.min_std} and 'policy.max_std' = "
+                              f"{self.max_std}: min_std must be below max_std")
 
 
 class NoiseHead(nn.Module):
