@@ -85,8 +85,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if len(args.compare) != 2:
                 raise RoboRLError("--compare without --report takes two results files: --compare A.json B.json")
             args.report, args.compare = args.compare[:1], args.compare[1:]
-        print(json.dumps({"report": str(write_report(args.report, args.compare, args.report_out))}))
+        md = write_report(args.report, args.compare, args.report_out, html=args.html)
+        print(json.dumps({"report": str(md), **({"html": args.html} if args.html else {})}))
         return 0
+    if args.html:
+        raise RoboRLError("--html writes the report of benchmark results: use it with --report RESULTS_JSON "
+                          "[--compare OTHER_JSON]")
     if not args.checkpoint:
         raise RoboRLError("robo-rl eval needs a CHECKPOINT (or --report RESULTS_JSON)")
     if args.episodes < 1:
@@ -504,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--compare", metavar="RESULTS_JSON", nargs="+",
                    help="a second policy's results side by side (with --report), or A.json B.json alone")
     e.add_argument("--report-out", metavar="MD", help="report path (default: the first results file with .md)")
+    e.add_argument("--html", metavar="HTML", help="with --report: also write the report as one self-contained HTML "
+                   "page (charts, thumbnails and videos embedded)")
     e.add_argument("--episodes", type=int, default=50)
     e.add_argument("--num-envs", type=int, default=0, help="parallel envs (default: the run's)")
     e.add_argument("--strengths", type=_strengths, default=[1.0],

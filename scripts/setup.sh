@@ -39,6 +39,11 @@ if [ "${ROBO_RL_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
     [ -n "$(find /var/lib/apt/lists -name '*Packages*' 2>/dev/null | head -1)" ] || $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libosmesa6 libegl1 >/dev/null
   fi
+  if [[ ",$EXTRAS," == *",dev,"* ]] && ! command -v chromium >/dev/null; then
+    log "installing chromium (headless checks of the docs site and HTML reports)"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' 2>/dev/null | head -1)" ] || $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  fi
 fi
 
 # --- 2. virtualenv with the CPU torch pin first, then the project ---

@@ -1,7 +1,10 @@
 """Markdown + PNG report of benchmark results JSON (``robo_rl.eval.benchmark``): one section per
 results file (a table per split, bar chart with 95% CIs, success vs variation strength when the split
 was swept, thumbnails when the evaluation saved media), optionally comparing a second policy on the
-same benchmarks (side-by-side tables and charts, probability of improvement)."""
+same benchmarks (side-by-side tables and charts, probability of improvement).
+
+With ``html=PATH`` the same report is also written as one self-contained HTML page
+(``robo_rl.eval.report_html``): inline CSS, charts, thumbnails and videos embedded as data URIs."""
 
 from __future__ import annotations
 
@@ -121,7 +124,30 @@ def _thumbnails(res: dict[str, Any], md_dir: Path, label: str) -> list[str]:
             "| " + " | ".join(names) + " |", "|" + "---|" * len(cells), "| " + " | ".join(cells) + " |"]
 
 
-def _section(runs: list[dict[str, Any]], labels: list[str], md_dir: Path, stem: str) -> list[str]:
+def comparison(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """For two runs on the same tasks: ``difference`` (mean success of the first minus the second over tasks,
+    95% bootstrap CI over episodes) and ``p_improvement`` (P(first > second) over tasks; None with fewer
+    than 3 tasks, where it means little). None for a single run."""
+    if len(runs) != 2:
+        return None
+    from robo_rl.eval.stats import improvement, success_difference
+
+    a, b = runs
+    ts = list(a["tasks"])
+    diff = success_difference([a["tasks"][t]["successes"] for t in ts], [a["tasks"][t]["episodes"] for t in ts],
+                              [b["tasks"][t]["successes"] for t in ts], [b["tasks"][t]["episodes"] for t in ts])
+    p = None
+    if len(ts) >= 3:
+        xa = np.array([[a["tasks"][t]["success_rate"] for t in ts]])
+        xb = np.array([[b["tasks"][t]["success_rate"] for t in ts]])
+        p = float(improvement(xa, xb, reps=200)["p_improvement"])
+    return {"difference": tuple(float(v) for v in diff), "p_improvement": p}
+
+
+def _section(runs: list[dict[str, Any]], labels: list[str], md_dir: Path,
+             stem: str) -> tuple[list[str], dict[str, Any]]:
+    """The markdown lines of one benchmark's section (writing its charts next to the markdown), and what the
+    HTML page needs besides the results: the chart paths, the comparison and the small-sample note."""
     a = runs[0]
     png = md_dir / f"{stem}.png"
     _bars(runs, labels, png)
@@ -140,38 +166,37 @@ def _section(runs: list[dict[str, Any]], labels: list[str], md_dir: Path, stem: 
     if len(a["tasks"]) >= 4:
         lines.append("| IQM over tasks | " + " | ".join(f"{r['aggregate']['iqm_over_tasks']:.2f}" for r in runs) + " |")
     few = min(r["tasks"][t]["episodes"] for r in runs for t in a["tasks"])
+    note = None
     if few < 30:
         from robo_rl.eval.metrics import wilson_interval
 
         lo, hi = wilson_interval(few, few)
+        note = (few, lo, hi)
         lines += ["", f"Note: {few} episodes per task. Bootstrap intervals understate uncertainty at this size (all "
                   f"{few} episodes succeeding gives [1.00, 1.00]; the Wilson interval would be [{lo:.2f}, {hi:.2f}])."]
-    if len(runs) == 2:
-        from robo_rl.eval.stats import improvement, success_difference
-
-        b, ts = runs[1], list(a["tasks"])
-        d, lo, hi = success_difference([a["tasks"][t]["successes"] for t in ts], [a["tasks"][t]["episodes"] for t in ts],
-                                       [b["tasks"][t]["successes"] for t in ts], [b["tasks"][t]["episodes"] for t in ts])
+    stats = comparison(runs)
+    if stats is not None:
+        d, lo, hi = stats["difference"]
         lines += ["", f"Success {labels[0]} - {labels[1]} (mean over tasks): {d:+.3f} [{lo:+.3f}, {hi:+.3f}] "
                   "(95% bootstrap over episodes)"]
-        if len(ts) >= 3:  # over tasks: needs several tasks to mean anything
-            xa = np.array([[a["tasks"][t]["success_rate"] for t in ts]])
-            xb = np.array([[b["tasks"][t]["success_rate"] for t in ts]])
-            p = improvement(xa, xb, reps=200)
-            lines += ["", f"P({labels[0]} > {labels[1]}) over tasks: {p['p_improvement']:.2f}"]
+        if stats["p_improvement"] is not None:
+            lines += ["", f"P({labels[0]} > {labels[1]}) over tasks: {stats['p_improvement']:.2f}"]
     lines += ["", f"![success per task]({png.name})"]
-    strength_png = md_dir / f"{stem}_strength.png"
+    strength_png: Path | None = md_dir / f"{stem}_strength.png"
     if _strength_plot(runs, labels, strength_png):
         lines += ["", f"![success vs variation strength]({strength_png.name})"]
+    else:
+        strength_png = None
     for r, lab in zip(runs, labels):
         lines += _thumbnails(r, md_dir, lab)
-    return lines + [""]
+    return lines + [""], {"bars": png, "strength": strength_png, "comparison": stats, "few": note}
 
 
 def write_report(results_paths: str | list[str], compare_paths: str | list[str] | None = None,
-                 out: str | None = None) -> Path:
+                 out: str | None = None, html: str | None = None) -> Path:
     """Write a markdown report (+ PNGs) of one or more results files (one section each), each compared
-    with the results of the same benchmark in ``compare_paths`` if given; return the markdown path."""
+    with the results of the same benchmark in ``compare_paths`` if given; return the markdown path. With
+    ``html``, also write the report as one self-contained HTML page there."""
     paths = [results_paths] if isinstance(results_paths, str) else list(results_paths)
     comp = [compare_paths] if isinstance(compare_paths, str) else list(compare_paths or [])
     mains = [_load(p) for p in paths]
@@ -179,6 +204,11 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
     for b in map(_load, comp):
         others[(b["benchmark"], tuple(b["tasks"]))] = b
     md = Path(out) if out else Path(paths[0]).with_suffix(".md")
+    page = None
+    if html:  # a bad --html fails before anything is written
+        from robo_rl.eval.report_html import check_html_path
+
+        page = check_html_path(html, md)
     try:
         md.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -186,6 +216,7 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
                           "--report-out in a writable place") from None
     title = label_of(mains[0]) + (f" vs {label_of(next(iter(others.values())))}" if others else "")
     lines = [f"# Benchmark report: {title}", ""]
+    sections = []
     for k, a in enumerate(mains):
         runs = [a]
         if comp:
@@ -195,7 +226,10 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
                                   f"among {', '.join(comp)}: evaluate the second policy on the same benchmark")
             runs.append(b)
         stem = md.stem + ("" if len(mains) == 1 else f"_{k}_{a['benchmark']}")
-        lines += _section(runs, [label_of(r) for r in runs], md.parent, stem)
+        labels = [label_of(r) for r in runs]
+        section_lines, extra = _section(runs, labels, md.parent, stem)
+        lines += section_lines
+        sections.append({"runs": runs, "labels": labels, **extra})
     from robo_rl.checkpoint import atomic_write_text
 
     try:
@@ -203,4 +237,8 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
     except OSError as err:
         raise RoboRLError(f"cannot write the report '{md}' ({err.strerror or err}); pass --report-out in a "
                           "writable place") from None
+    if page is not None:
+        from robo_rl.eval.report_html import write_html
+
+        write_html(page, f"Benchmark report: {title}", sections)
     return md
