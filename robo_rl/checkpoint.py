@@ -1,27 +1,139 @@
-"""Atomic checkpoints: ``<run>/checkpoints/step_<N>/{model.safetensors, trainer.pt, meta.json}``.
+"""Atomic checkpoints: ``<run>/checkpoints/step_<N>/{model.safetensors, trainer.safetensors, trainer.json,
+meta.json}``.
 
 Writes go to a temp directory that is fsynced and renamed into place, then the ``latest`` pointer
-file is replaced atomically, so a crash at any moment leaves the previous checkpoint intact.
-Loading validates the format tag, the policy name and the tensor names/shapes, and fails with one
-line naming what does not match.
+file is replaced atomically, so a crash at any moment leaves the previous checkpoint intact; a full disk
+is one line naming the file. Nothing is unpickled: weights and trainer tensors are safetensors, the rest
+JSON (read with size and nesting limits). Loading validates the format tag, the policy name, the tensor
+names/shapes and that every weight is finite, keeps every path inside its run directory, and fails with
+one line naming what does not match. ``upgrade`` converts the pickled ``trainer.pt`` of older runs once,
+with an unpickler that only builds the types robo-rl wrote.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from robo_rl.errors import CheckpointError
+from robo_rl.errors import CheckpointError, RoboRLError
+from robo_rl.runlock import pid_alive
+
+log = logging.getLogger(__name__)
 
 FORMAT = "robo-rl-checkpoint"
 VERSION = 1
+TRAINER_FORMAT = "robo-rl-trainer-state"
+TRAINER_JSON = "trainer.json"
+TRAINER_TENSORS = "trainer.safetensors"
+LEGACY_TRAINER = "trainer.pt"
+MAX_JSON_BYTES = 16 * 2**20
+"""Largest JSON file (meta.json, trainer.json, a shard index) read; robo-rl writes a few KB."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of JSON arrays/objects read; robo-rl writes fewer than ten levels."""
+MAX_PARAMS = 100_000_000
+"""Largest policy (parameters and buffers) built from a received config without ``--allow-large``."""
+_limits: dict[str, int | None] = {"max_params": MAX_PARAMS}
+_STEP_NAME = re.compile(r"step_\d+")
+
+
+def _why(err: BaseException) -> str:
+    """The first line of ``err``'s message (its type name when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+# --- bounded JSON ---------------------------------------------------------------------------------------
+
+_STRUCTURE = b'"[]{}'
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(_STRUCTURE)))
+_STRING = re.compile(rb'"[^"]*"')
+
+
+def json_depth(data: bytes, stop_above: int = MAX_JSON_DEPTH) -> int:
+    """Deepest nesting of arrays/objects in the JSON text ``data``, brackets inside strings ignored; counting
+    stops soon after the depth passes ``stop_above``. Linear time, a few copies of ``data`` in memory."""
+    marks = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    brackets = _STRING.sub(b"", marks)
+    depth = peak = 0
+    chunk = 1 << 20
+    for start in range(0, len(brackets), chunk):
+        part = np.frombuffer(brackets, np.uint8, count=min(chunk, len(brackets) - start), offset=start)
+        run = np.cumsum(np.where((part == ord("[")) | (part == ord("{")), 1, -1)) + depth
+        peak, depth = max(peak, int(run.max())), int(run[-1])
+        if peak > stop_above:
+            break
+    return peak
+
+
+def parse_json(data: bytes, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(data)`` once ``data`` is known to be at most ``max_bytes`` long and ``max_depth`` deep;
+    ``ValueError`` naming the limit otherwise."""
+    if len(data) > max_bytes:
+        raise ValueError(f"more than {max_bytes // 2**20} MiB, the most a robo-rl JSON file may have")
+    if json_depth(data, max_depth) > max_depth:
+        raise ValueError(f"nested more than {max_depth} levels deep, the most a robo-rl JSON file may have")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"nested more than {max_depth} levels deep") from None
+
+
+def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES,
+              max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The JSON file ``path`` parsed by :func:`parse_json` (reading at most ``max_bytes`` + 1 bytes);
+    ``OSError`` / ``ValueError`` for a file that cannot be read or parsed."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size  # 0 for a pipe or device: read up to the limit
+        data = fh.read(min(size, max_bytes) + 1 if size else max_bytes + 1)
+    return parse_json(data, max_bytes, max_depth)
+
+
+# --- paths that must stay inside a directory -----------------------------------------------------------
+
+def is_inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` with every link resolved lies in ``root`` (resolved) or is ``root`` itself."""
+    return Path(path).resolve().is_relative_to(Path(root).resolve())
+
+
+def member(base: Path, name: Any, what: str) -> Path:
+    """``base / name`` for a relative file name read from a file (a shard of an index): one-line error
+    unless it is a plain relative path that, links resolved, stays inside ``base``."""
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts \
+            or not is_inside(base / name, base):
+        raise CheckpointError(f"{what} names the file {name!r}, which is not inside '{base}'; it must name a "
+                              "file in that directory (a relative path without '..' or links out)")
+    return base / name
+
+
+def _own_file(ckpt: Path, name: str) -> Path:
+    """``ckpt / name``, refused when it is a link to a file outside the checkpoint directory."""
+    path = ckpt / name
+    if path.is_symlink() and not is_inside(path, ckpt):
+        raise CheckpointError(f"'{path}' is a link to '{path.resolve()}', outside the checkpoint directory; "
+                              "a checkpoint's files must lie inside it")
+    return path
+
+
+def shard_files(path: Path, index: Path) -> list[Path]:
+    """The shard files a ``model.safetensors.index.json`` maps tensors to, each confined to ``path``."""
+    try:
+        weight_map = read_json(index)["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"'{index}' is not a safetensors index ({_why(err)}); expected a JSON object "
+                              "with a 'weight_map' of tensor name -> shard file") from None
+    return [member(path, name, f"'{index}'") for name in names]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -111,9 +223,22 @@ def replace_dir(tmp: Path, path: Path) -> None:
 def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],
          meta: dict[str, Any], keep: int = 3) -> Path:
     """Save a checkpoint for env step ``step`` and point ``latest`` at it; keep it and the ``keep - 1``
-    highest steps below it."""
+    highest steps below it. A full disk is a one-line ``CheckpointError`` naming the file being written;
+    the previous checkpoint stays intact and ``latest`` keeps pointing at it."""
+    try:
+        return _save(ckpt_root, step, model_state, trainer_state, meta, keep)
+    except (OSError, RoboRLError) as err:
+        full = disk_full_error(err, ckpt_root)
+        if full is None:
+            raise
+        raise full from None
+
+
+def _save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],
+          meta: dict[str, Any], keep: int) -> Path:
     ckpt_root.mkdir(parents=True, exist_ok=True)
     restore_moved_aside(ckpt_root)  # a crash mid re-save earlier (the writer's side: readers never rename)
+    remove_dead_temps(ckpt_root)
     final = ckpt_root / f"step_{step:010d}"
     tmp = ckpt_root / f".step_{step:010d}.tmp-{os.getpid()}"
     if tmp.exists():
@@ -146,24 +271,315 @@ def save(ckpt_root: Path, step: int, model_state: dict[str, torch.Tensor], train
     return final
 
 
-def _write_checkpoint_dir(tmp: Path, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],
-                          meta: dict[str, Any]) -> None:
-    from safetensors.torch import save_file
+_DISK_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|StorageFull|code: (28|122)\b")
 
-    tensors: dict[str, torch.Tensor] = {}
+
+def disk_full_error(err: BaseException, ckpt_root: Path) -> CheckpointError | None:
+    """The one-line error for ``err`` when it says the disk (or quota) is full (an ``OSError`` with errno
+    ENOSPC/EDQUOT, or a safetensors error carrying that OS error), else None."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        path = err.filename or ckpt_root
+    elif isinstance(err, _WriteError) and _DISK_FULL_TEXT.search(str(err.__cause__)):
+        path = err.path
+    else:
+        return None
+    try:
+        previous = f"the previous checkpoint '{resolve(ckpt_root)}' is intact"
+    except CheckpointError:
+        previous = "no earlier checkpoint exists"
+    run = ckpt_root.parent if ckpt_root.name == "checkpoints" else "RUN"
+    return CheckpointError(f"disk full: cannot write checkpoint file '{path}' (no space left on its "
+                           f"filesystem); {previous}; free space there, then resume with "
+                           f"'robo-rl train --resume {run}'")
+
+
+class _WriteError(RoboRLError):
+    """A safetensors file that could not be written (``__cause__``: the library's error)."""
+
+    def __init__(self, path: Path, err: BaseException) -> None:
+        super().__init__(f"cannot write '{path}' ({_why(err)})")
+        self.path = path
+
+
+def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` as contiguous CPU tensors of which no two share storage (safetensors refuses shared
+    storage; tied weights such as an LM head that is the embedding share it): repeats are copied."""
+    out: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
-    for k, v in model_state.items():  # tied weights (e.g. LM head = embedding) share storage: copy repeats
+    for k, v in state.items():
         t = v.detach().cpu().contiguous()
         ptr = t.untyped_storage().data_ptr()
-        tensors[k] = t.clone() if ptr in seen and t.numel() else t
+        out[k] = t.clone() if ptr in seen and t.numel() else t
         seen.add(ptr)
-    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": FORMAT})
-    torch.save(trainer_state, tmp / "trainer.pt")
+    return out
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """``safetensors.torch.save_file``; its own error types become ``_WriteError`` naming ``path``
+    (``OSError`` passes through)."""
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except OSError:
+        raise
+    except Exception as err:  # safetensors reports failed writes as SafetensorError
+        raise _WriteError(path, err) from err
+
+
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.tmp-(?P<pid>\d+)(\.[A-Za-z0-9]+)?")
+
+
+def remove_dead_temps(root: Path) -> list[Path]:
+    """Remove the temp files/directories (``.step_N.tmp-PID``, ``.latest.tmp-PID``) of writers that died
+    mid-write: those whose PID is not a running process other than this one. Returns what was removed."""
+    removed = []
+    for tmp in root.glob(".*.tmp-*"):
+        m = _TEMP_NAME.fullmatch(tmp.name)
+        if m is None or int(m["pid"]) == os.getpid() or pid_alive(int(m["pid"])):
+            continue
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    if removed:
+        log.info("removed %d temp file(s) of dead checkpoint writers in %s: %s", len(removed), root,
+                 ", ".join(t.name for t in removed))
+    return removed
+
+
+def _write_checkpoint_dir(tmp: Path, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any],
+                          meta: dict[str, Any]) -> None:
+    _save_tensors(_unshared(model_state), tmp / "model.safetensors", {"format": FORMAT})
+    write_trainer_state(tmp, trainer_state)
     (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": VERSION, **meta}, indent=2))
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     _fsync_dir(tmp)
+
+
+# --- trainer state: safetensors tensors + JSON, no pickle --------------------------------------------------
+
+_TAGS = ("$tensor", "$ndarray", "$tuple", "$dict")
+_NDARRAY_DTYPE = re.compile(r"[<>|=]?[biufc]\d{1,2}")
+
+
+def encode_state(obj: Any, tensors: dict[str, torch.Tensor], where: str = "state") -> Any:
+    """``obj`` (nested dicts, lists, tuples, tensors, numpy arrays, numbers, strings, None) as JSON, every
+    tensor/array moved into ``tensors`` under a generated name. Tuples, dicts with keys other than
+    strings (or strings starting with "$") and arrays are tagged objects; other types are a ``TypeError``."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, torch.Tensor):
+        name = f"t{len(tensors)}"
+        tensors[name] = obj
+        return {"$tensor": name}
+    if isinstance(obj, np.ndarray):
+        if not _NDARRAY_DTYPE.fullmatch(obj.dtype.str):
+            raise TypeError(f"trainer state {where} is a numpy array of dtype {obj.dtype}; only numeric "
+                            "arrays are stored")
+        name = f"t{len(tensors)}"
+        tensors[name] = torch.frombuffer(bytearray(np.ascontiguousarray(obj).tobytes()), dtype=torch.uint8)
+        return {"$ndarray": name, "dtype": obj.dtype.str, "shape": list(obj.shape)}
+    if isinstance(obj, (list, tuple)):
+        items = [encode_state(v, tensors, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return {"$tuple": items} if isinstance(obj, tuple) else items
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) and not k.startswith("$") for k in obj):
+            return {k: encode_state(v, tensors, f"{where}.{k}") for k, v in obj.items()}
+        return {"$dict": [[encode_state(k, tensors, f"{where} key"),
+                           encode_state(v, tensors, f"{where}[{k!r}]")] for k, v in obj.items()]}
+    raise TypeError(f"trainer state {where} is a {type(obj).__name__}, which a checkpoint cannot store "
+                    "(tensors, numpy arrays, numbers, strings, None, lists, tuples and dicts)")
+
+
+def decode_state(obj: Any, tensors: dict[str, torch.Tensor], where: str = "state") -> Any:
+    """The inverse of :func:`encode_state`; ``ValueError`` naming ``where`` for anything it never writes."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, list):
+        return [decode_state(v, tensors, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is a {type(obj).__name__}")
+    tags = [k for k in obj if k.startswith("$")]
+    if not tags:
+        return {k: decode_state(v, tensors, f"{where}.{k}") for k, v in obj.items()}
+    if len(tags) != 1 or tags[0] not in _TAGS:
+        raise ValueError(f"{where} has the unknown tag(s) {tags}; expected one of {list(_TAGS)}")
+    return _decode_tagged(tags[0], obj, tensors, where)
+
+
+def _decode_tagged(tag: str, obj: dict[str, Any], tensors: dict[str, torch.Tensor], where: str) -> Any:
+    value = obj[tag]
+    if tag == "$tuple" and isinstance(value, list):
+        return tuple(decode_state(v, tensors, f"{where}[{i}]") for i, v in enumerate(value))
+    if tag == "$dict" and isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+        out = {}
+        for k, v in value:
+            key = decode_state(k, tensors, f"{where} key")
+            if not isinstance(key, (str, int, float, bool, tuple)) and key is not None:
+                raise ValueError(f"{where} has a {type(key).__name__} as a key")
+            out[key] = decode_state(v, tensors, f"{where}[{key!r}]")
+        return out
+    if tag in ("$tensor", "$ndarray") and isinstance(value, str) and value in tensors:
+        return tensors[value] if tag == "$tensor" else _decode_ndarray(obj, tensors[value], where)
+    raise ValueError(f"{where} is a malformed {tag} entry (or names a tensor trainer.safetensors lacks)")
+
+
+def _is_size(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31
+
+
+def _decode_ndarray(obj: dict[str, Any], raw: torch.Tensor, where: str) -> np.ndarray:
+    dtype, shape = obj.get("dtype"), obj.get("shape")
+    if not isinstance(dtype, str) or not _NDARRAY_DTYPE.fullmatch(dtype):
+        raise ValueError(f"{where} has the array dtype {dtype!r}; expected a numeric one such as '<u4'")
+    if not isinstance(shape, list) or not all(_is_size(n) for n in shape):
+        raise ValueError(f"{where} has the array shape {shape!r}; expected a list of sizes")
+    dt = np.dtype(dtype)
+    expected = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if raw.dtype != torch.uint8 or raw.dim() != 1 or raw.numel() != expected:
+        raise ValueError(f"{where} holds {raw.numel()} bytes, not a {dtype} array of shape {shape}")
+    return np.frombuffer(raw.numpy().tobytes(), dtype=dt).reshape(shape).copy()
+
+
+def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` as ``trainer.safetensors`` (its tensors and arrays) + ``trainer.json`` (the rest)
+    into ``directory``, each file atomically, the JSON last."""
+    tensors: dict[str, torch.Tensor] = {}
+    doc = {"format": TRAINER_FORMAT, "version": VERSION, "state": encode_state(state, tensors)}
+    with atomic_path(directory / TRAINER_TENSORS, ".safetensors") as tmp:
+        _save_tensors(_unshared(tensors), tmp, {"format": TRAINER_FORMAT})
+    atomic_write_text(directory / TRAINER_JSON, json.dumps(doc))
+
+
+def run_of(ckpt: Path) -> Path:
+    """The run directory a checkpoint directory belongs to (itself when it is not under ``checkpoints``)."""
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt
+
+
+def require_trainer_state(ckpt: Path) -> None:
+    """One-line error unless ``ckpt`` has a trainer state robo-rl loads (``trainer.json``); a pickled
+    ``trainer.pt`` of an older robo-rl is named with the command that converts it."""
+    if (ckpt / TRAINER_JSON).is_file():
+        return
+    if (ckpt / LEGACY_TRAINER).is_file():
+        raise CheckpointError(f"checkpoint '{ckpt}' keeps its trainer state in the pickle file "
+                              f"{LEGACY_TRAINER}, which robo-rl no longer loads (a pickle can run code); "
+                              f"convert the run once with 'robo-rl checkpoint upgrade {run_of(ckpt)}'")
+    raise CheckpointError(f"checkpoint trainer state '{ckpt / TRAINER_JSON}' is corrupt or missing (no "
+                          f"{TRAINER_JSON}); resume from another checkpoint (checkpoints/step_N)")
+
+
+def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+    """The trainer state :func:`write_trainer_state` wrote: JSON (size/depth-limited) and safetensors."""
+    from safetensors.torch import load_file
+
+    require_trainer_state(ckpt)
+    file = _own_file(ckpt, TRAINER_JSON)
+    try:
+        doc = read_json(file)
+        if not isinstance(doc, dict) or doc.get("format") != TRAINER_FORMAT or "state" not in doc:
+            raise ValueError(f"not a {TRAINER_FORMAT!r} document")
+        tensors = load_file(str(_own_file(ckpt, TRAINER_TENSORS))) if isinstance(doc["state"], dict) else {}
+        state = decode_state(doc["state"], tensors)
+    except Exception as err:  # OSError, ValueError, safetensors' own error types
+        raise CheckpointError(f"checkpoint trainer state '{file}' is corrupt or missing "
+                              f"({_why(err)})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint trainer state '{file}' is corrupt (its state is not an object)")
+    return state
+
+
+# --- converting trainer.pt of older runs ---------------------------------------------------------------
+
+def _legacy_globals() -> list[Any]:
+    """The non-torch types older robo-rl pickled into trainer.pt: numpy arrays (numpy's RNG state) and
+    their dtypes, under the module names numpy 1 and 2 pickle them with."""
+    try:
+        from numpy._core.multiarray import _reconstruct  # type: ignore[attr-defined]
+    except ImportError:  # numpy 1
+        from numpy.core.multiarray import _reconstruct
+    out: list[Any] = [np.ndarray, np.dtype]
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        out.append((_reconstruct, f"{module}._reconstruct"))
+    dtypes = getattr(np, "dtypes", None)
+    for kind in ("UInt8", "UInt32", "Int32", "Int64", "UInt64", "Float32", "Float64", "Bool"):
+        cls = getattr(dtypes, f"{kind}DType", None)
+        if cls is not None:
+            out.append(cls)
+    return out
+
+
+def safe_torch_load(file: str | os.PathLike[str]) -> Any:
+    """``torch.load(weights_only=True)`` of a file of tensors, numpy arrays and plain containers (an older
+    trainer.pt, LIBERO's init-state files): only :func:`_legacy_globals` are allowed beyond torch's own, so
+    a pickle naming any other global raises ``pickle.UnpicklingError`` before that global is called."""
+    with torch.serialization.safe_globals(_legacy_globals()):
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+
+def _load_legacy(file: Path) -> Any:
+    """:func:`safe_torch_load` of an older trainer.pt with one-line errors."""
+    import pickle
+
+    try:
+        return safe_torch_load(file)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"(?:GLOBAL|global) ([\w.]+)", str(err))
+        what = f"an object of {found.group(1)!r}" if found else "an object"
+        raise CheckpointError(f"'{file}' holds {what}, not one of the types robo-rl writes into trainer "
+                              "state (tensors, numpy arrays, numbers, strings, lists, dicts); it was not "
+                              "converted and nothing in it ran; delete this checkpoint or resume from another"
+                              ) from None
+    except Exception as err:  # a truncated or foreign file: torch raises many types
+        raise CheckpointError(f"'{file}' is not a readable trainer.pt ({type(err).__name__}: {_why(err)}); "
+                              "it was not converted") from None
+
+
+def checkpoint_dirs(path: Path) -> list[Path]:
+    """The checkpoint directories of a run directory (``checkpoints/step_*`` and moved-aside copies), or
+    ``[path]`` for a checkpoint directory itself."""
+    if (path / "meta.json").is_file():
+        return [path]
+    root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    found = [d for d in sorted(root.glob("step_*")) + sorted(root.glob(".step_*.old-*"))
+             if d.is_dir() and (d / "meta.json").is_file()]
+    if not found:
+        raise CheckpointError(f"no checkpoint found under '{path}' (expected checkpoints/step_*/meta.json); "
+                              "pass a run directory made by 'robo-rl train' or one of its checkpoints/step_* "
+                              "directories")
+    return [_confine(d, root) for d in found]
+
+
+def upgrade(path: str | Path) -> dict[str, list[str]]:
+    """Convert the pickled ``trainer.pt`` of every checkpoint of ``path`` (a run or checkpoint directory)
+    to ``trainer.safetensors`` + ``trainer.json`` and remove it. Returns the directories converted and
+    those already converted."""
+    done: dict[str, list[str]] = {"upgraded": [], "already_upgraded": []}
+    for ckpt in checkpoint_dirs(Path(path)):
+        legacy = _own_file(ckpt, LEGACY_TRAINER)
+        if (ckpt / TRAINER_JSON).is_file() or not legacy.is_file():
+            done["already_upgraded"].append(str(ckpt))
+            continue
+        state = _load_legacy(legacy)
+        if not isinstance(state, dict):
+            raise CheckpointError(f"'{legacy}' holds a {type(state).__name__}, not the dict robo-rl writes; "
+                                  "it was not converted")
+        try:
+            write_trainer_state(ckpt, state)
+        except TypeError as err:
+            raise CheckpointError(f"'{legacy}' cannot be converted: {err}") from None
+        except (OSError, RoboRLError) as err:
+            raise disk_full_error(err, ckpt.parent) or err from None
+        legacy.unlink()
+        _fsync_dir(ckpt)
+        done["upgraded"].append(str(ckpt))
+    return done
 
 
 def _step_of(p: Path) -> int | None:
@@ -190,35 +606,61 @@ def restore_moved_aside(root: Path) -> None:
 
 
 def resolve(path: str | Path) -> Path:
-    """A run dir, a checkpoints dir or a checkpoint dir -> the checkpoint dir to load."""
+    """A run dir, a checkpoints dir or a checkpoint dir -> the checkpoint dir to load. The ``latest``
+    pointer must name a ``step_N`` directory, and the directory chosen must lie (links resolved) inside
+    the run directory."""
     p = Path(path)
     if not p.exists():
         raise CheckpointError(f"checkpoint path '{p}' does not exist; pass a run directory or a checkpoints/step_* directory")
     if (p / "meta.json").is_file():
         return p
     root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    _confine(root, p)
     aside = _moved_aside(root) if root.is_dir() else {}
-    latest = root / "latest"
-    if latest.is_file():
-        try:
-            name = latest.read_text().strip()
-        except (OSError, ValueError):  # unreadable pointer: fall back to the highest step
-            name = ""
-        if name and (root / name / "meta.json").is_file():
-            return root / name
+    name = _pointer(root)
+    if name:
+        if not _STEP_NAME.fullmatch(name):
+            raise CheckpointError(f"'{root / 'latest'}' names {name[:80]!r}, not a step_N directory of "
+                                  f"'{root}'; it must name one of the checkpoints beside it (or be deleted: "
+                                  "the highest step is loaded)")
+        if (root / name / "meta.json").is_file():
+            return _confine(root / name, root)
         if name in aside:  # its writer crashed mid re-save: read the old copy where it lies
-            return aside[name]
+            return _confine(aside[name], root)
     cands = sorted([c for c in root.glob("step_*") if (c / "meta.json").is_file()] + list(aside.values()),
                    key=lambda c: c.name.lstrip(".").split(".old-")[0])
     if not cands:
         raise CheckpointError(f"no checkpoint found under '{p}' (expected checkpoints/step_*/meta.json)")
-    return cands[-1]
+    return _confine(cands[-1], root)
+
+
+def _pointer(root: Path) -> str:
+    """The step name in ``root/latest`` ("" when there is none or it is unreadable: the highest step is
+    loaded then)."""
+    latest = root / "latest"
+    if not latest.is_file():
+        return ""
+    try:
+        with open(latest, "rb") as fh:
+            return fh.read(4096).decode().strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def _confine(path: Path, root: Path) -> Path:
+    """``path``, refused in one line when (links resolved) it lies outside ``root``."""
+    if not is_inside(path, root):
+        raise CheckpointError(f"'{path}' is a link to '{path.resolve()}', outside '{root}'; a run's "
+                              "checkpoints must lie inside its directory (copy them in instead of linking)")
+    return path
 
 
 def read_meta(ckpt: Path) -> dict[str, Any]:
+    """meta.json of ``ckpt`` (size- and depth-limited), checked for the format, version and the objects
+    every reader needs."""
     try:
-        meta = json.loads((ckpt / "meta.json").read_text())
-    except (OSError, ValueError) as err:  # ValueError: bad JSON or bytes that are not UTF-8
+        meta = read_json(_own_file(ckpt, "meta.json"))
+    except (OSError, ValueError) as err:  # ValueError: bad JSON, over a limit, or bytes that are not UTF-8
         raise CheckpointError(f"checkpoint '{ckpt}' has an unreadable meta.json ({str(err).splitlines()[0]}); it is corrupt") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"'{ckpt}' is not a robo-rl checkpoint (meta.json format is {meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT!r})")
@@ -231,20 +673,83 @@ def read_meta(ckpt: Path) -> dict[str, Any]:
 
 
 def load_model_state(ckpt: Path) -> dict[str, torch.Tensor]:
+    """The weights in ``model.safetensors``; one-line errors for a corrupt file and for NaN/inf values."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    file = _own_file(ckpt, "model.safetensors")
     try:
-        return load_file(str(ckpt / "model.safetensors"))
+        state = load_file(str(file))
     except (SafetensorError, OSError, RuntimeError) as err:
-        raise CheckpointError(f"checkpoint weights '{ckpt / 'model.safetensors'}' are corrupt or missing ({str(err).splitlines()[0]})") from None
+        raise CheckpointError(f"checkpoint weights '{file}' are corrupt or missing ({_why(err)})") from None
+    check_finite(state, file)
+    return state
 
 
-def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+def check_finite(state: dict[str, torch.Tensor], file: Path) -> None:
+    """One-line error naming the first floating-point tensor of ``state`` holding NaN or inf."""
+    for name, t in state.items():
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            kind = "NaN" if bool(torch.isnan(t).any()) else "inf"
+            raise CheckpointError(f"checkpoint weights '{file}' hold {kind} in tensor '{name}'; the run "
+                                  "diverged before this save: load an earlier checkpoints/step_N")
+
+
+# --- the size of the model a checkpoint describes ---------------------------------------------------------
+
+def allow_large_models(allow: bool = True) -> None:
+    """Lift (or restore) the :data:`MAX_PARAMS` limit of :func:`check_model_size` (``--allow-large``)."""
+    _limits["max_params"] = None if allow else MAX_PARAMS
+
+
+def specs_from_meta(meta: dict[str, Any], ckpt: Path) -> tuple[dict[str, Any], Any]:
+    """(obs spec, action spec) recorded in a checkpoint's meta.json, checked to be lists of sizes."""
+    from robo_rl.contracts import ArraySpec
+
+    def shape(value: Any, key: str) -> tuple[int, ...]:
+        if not isinstance(value, list) or len(value) > 8 or not all(_is_size(n) for n in value):
+            raise CheckpointError(f"checkpoint '{ckpt}' meta.json {key} is {str(value)[:60]}; expected a "
+                                  "list of at most 8 sizes, as robo-rl writes it")
+        return tuple(value)
+
+    obs_spec = {k: ArraySpec(shape(v, f"obs_spec.{k}"), "uint8" if k == "rgb" else "float32")
+                for k, v in meta["obs_spec"].items()}
+    act = meta["action_spec"]
+    low, high = act.get("low"), act.get("high")
+    return obs_spec, ArraySpec(shape(act.get("shape", []), "action_spec.shape"), "float32", low, high)
+
+
+def estimate_parameters(policy_cfg: Any, obs_spec: dict[str, Any], action_spec: Any) -> int | None:
+    """Parameters + buffers of the policy ``policy_cfg`` describes, counted by building it on the meta
+    device (no memory); None where that is not possible (a policy loading pretrained files named by
+    ``policy.checkpoint`` is sized by those files)."""
+    from robo_rl.runners.build import build_policy
+
+    if getattr(policy_cfg, "checkpoint", None):
+        return None
     try:
-        return torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
-    except Exception as err:  # torch raises many types for a corrupt pickle/zip
-        raise CheckpointError(f"checkpoint trainer state '{ckpt / 'trainer.pt'}' is corrupt or missing ({type(err).__name__})") from None
+        with torch.device("meta"):
+            policy = build_policy(policy_cfg, obs_spec, action_spec)
+    except RoboRLError:
+        raise
+    except Exception as err:  # a policy that cannot be built on the meta device: not sized here
+        log.debug("cannot size policy %s on the meta device: %s", getattr(policy_cfg, "name", "?"), err)
+        return None
+    return sum(t.numel() for t in policy.state_dict().values())
+
+
+def check_model_size(policy_cfg: Any, obs_spec: dict[str, Any], action_spec: Any, source: str) -> None:
+    """One-line error when the policy ``source`` describes has more than :data:`MAX_PARAMS` parameters
+    (unless :func:`allow_large_models`), before anything of that size is allocated."""
+    limit = _limits["max_params"]
+    if limit is None:
+        return
+    n = estimate_parameters(policy_cfg, obs_spec, action_spec)
+    if n is not None and n > limit:
+        raise CheckpointError(f"{source} describes a {getattr(policy_cfg, 'name', '?')} policy of "
+                              f"{n / 1e6:,.0f}M parameters ({n * 4 / 2**30:.1f} GiB as float32), more than "
+                              f"the {limit / 1e6:,.0f}M built without --allow-large; pass --allow-large if a "
+                              "model this size is expected")
 
 
 def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], ckpt: Path) -> None:

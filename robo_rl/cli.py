@@ -33,8 +33,10 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from robo_rl import checkpoint as ckpt_io
     from robo_rl.runners import train as train_mod
 
+    ckpt_io.allow_large_models(args.allow_large)
     if args.resume:
         overrides = list(args.overrides or [])
         if args.config:  # argparse puts the first KEY=VALUE of "train --resume RUN a.b=1" in CONFIG
@@ -78,6 +80,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from robo_rl.runners.config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
+    ckpt_io.allow_large_models(args.allow_large)
     if args.report or args.compare:
         from robo_rl.eval.report import write_report
 
@@ -143,6 +146,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise CheckpointError(f"checkpoint '{ckpt}' carries an unusable config ({err})") from None
     if args.overrides:  # a bad key or value is the override's fault: its own one-line error
         cfg = from_dict(TrainConfig, apply_overrides(meta["config"], args.overrides))
+    ckpt_io.check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
     env_cfg = cfg.env
     if args.num_envs:
         env_cfg = with_num_envs(env_cfg, args.num_envs)
@@ -186,6 +190,21 @@ def _emit_eval(result: dict, path: str | None) -> None:
         except OSError as err:
             raise RoboRLError(f"cannot write '{path}' ({err.strerror}); the results are printed above; pass --out "
                               "in a writable place") from None
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """``checkpoint upgrade RUN``: convert a run's pickled trainer.pt files to safetensors + JSON."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.runlock import RunLock
+
+    path = Path(args.run)
+    if not path.is_dir():
+        raise RoboRLError(f"'{path}' is not a directory; pass a run directory made by 'robo-rl train' (or a "
+                          "checkpoints/step_* directory of one)")
+    with RunLock(ckpt_io.run_of(path) if (path / "meta.json").is_file() else path):
+        done = ckpt_io.upgrade(path)
+    print(json.dumps(done, indent=2))
+    return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -493,6 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.lr=3e-4 env.num_envs=4")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     t.add_argument("--dry-run", action="store_true", help="build env (1 env, CPU), policy (no weights) and algorithm, then stop")
+    t.add_argument("--allow-large", action="store_true",
+                   help="build models a checkpoint describes even above 100M parameters (resume, teacher)")
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a run or checkpoint (or a benchmark of it; or report benchmark results)")
@@ -523,7 +544,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--via-ros", metavar="ROBOT_YAML", help="evaluate through the ROS 2 bridge against the simulated robot process")
     e.add_argument("overrides", nargs="*", help="env.key=value / policy.key=value overrides of the checkpoint's config, "
                    "e.g. an OOD variation or a pi0 sampler setting (policy.noise_level=0 with --stochastic)")
+    e.add_argument("--allow-large", action="store_true",
+                   help="build the checkpoint's model even above 100M parameters")
     e.set_defaults(fn=cmd_eval)
+
+    ck = sub.add_parser("checkpoint", help="checkpoint utilities")
+    cksub = ck.add_subparsers(dest="checkpoint_command", required=True)
+    up = cksub.add_parser("upgrade", help="convert a run's pickled trainer.pt (older robo-rl) to trainer."
+                                          "safetensors + trainer.json, loading only the types robo-rl wrote")
+    up.add_argument("run", metavar="RUN",
+                    help="run directory (every checkpoint) or one checkpoints/step_* directory")
+    up.set_defaults(fn=cmd_checkpoint)
 
     i = sub.add_parser("info", help="what is registered and which simulator backends work here")
     i.add_argument("--json", action="store_true")

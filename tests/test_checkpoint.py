@@ -38,7 +38,7 @@ def test_corrupt_weights_meta_and_trainer_state(tmp_path):
     (c / "model.safetensors").write_bytes(b"\x00garbage")
     with pytest.raises(CheckpointError, match="corrupt"):
         ck.load_model_state(c)
-    (c / "trainer.pt").write_bytes(b"nope")
+    (c / "trainer.json").write_bytes(b"nope")
     with pytest.raises(CheckpointError, match="corrupt"):
         ck.load_trainer_state(c)
     (c / "meta.json").write_text("{not json")
@@ -69,7 +69,7 @@ def test_interrupted_save_leaves_previous_checkpoint(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(torch, "save", boom)
+    monkeypatch.setattr(ck, "write_trainer_state", boom)
     with pytest.raises(OSError):
         _save(root, 2, _model())
     assert ck.resolve(tmp_path).name == "step_0000000001"

@@ -45,9 +45,8 @@ def policy_from_checkpoint(path: str) -> tuple[Any, dict[str, ArraySpec], ArrayS
     ckpt = ckpt_io.resolve(path)
     meta = ckpt_io.read_meta(ckpt)
     cfg = from_dict(TrainConfig, meta["config"])
-    obs_spec = {k: ArraySpec(tuple(v), "uint8" if k == "rgb" else "float32") for k, v in meta.get("obs_spec", {}).items()}
-    act = meta.get("action_spec", {})
-    action_spec = ArraySpec(tuple(act.get("shape", ())), "float32", act.get("low"), act.get("high"))
+    obs_spec, action_spec = ckpt_io.specs_from_meta(meta, ckpt)
+    ckpt_io.check_model_size(cfg.policy, obs_spec, action_spec, f"checkpoint '{ckpt}'")
     policy = build_policy(cfg.policy, obs_spec, action_spec)
     ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
     return policy.eval(), obs_spec, action_spec

@@ -21,6 +21,7 @@ from robo_rl.affinity import check_cpus, pin_process
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.rollout.collector import Collector
+from robo_rl.runlock import RunLock
 from robo_rl.runners.build import build_algorithm, build_env, build_policy
 from robo_rl.runners.config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy, save_video
@@ -60,12 +61,78 @@ def make_run_dir(cfg: TrainConfig) -> Path:
 
 def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainConfig:
     """The resolved config a run was started with (plus optional overrides)."""
-    from robo_rl.config import apply_overrides
+    from robo_rl.config import apply_overrides, read_yaml
 
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise CheckpointError(f"'{run_dir}' is not a run directory (no config.yaml); pass the directory 'robo-rl train' created")
-    return from_dict(TrainConfig, apply_overrides(yaml.safe_load(path.read_text()) or {}, overrides or []))
+    if path.stat().st_size > ckpt_io.MAX_JSON_BYTES:
+        raise CheckpointError(f"'{path}' is {path.stat().st_size // 2**20} MiB, more than the "
+                              f"{ckpt_io.MAX_JSON_BYTES // 2**20} MiB a run's config may have; it is not one "
+                              "robo-rl wrote")
+    return from_dict(TrainConfig, apply_overrides(read_yaml(path), overrides or []))
+
+
+# Settings a resume may not change: they fix what the checkpoint's weights mean (which env, task, robot,
+# observations, actions and rewards; the policy's architecture; the algorithm whose optimizer state it is).
+_BINDING_ENV = {"name", "task", "suite", "task_ids", "task_kwargs", "obs_mode", "control_mode", "reward_mode",
+                "image_size", "extra"}
+_RUNTIME_POLICY = {"temperature", "exec_steps", "sampler", "noise_level"}
+"""Policy settings that change how actions are drawn, not what the weights are."""
+
+
+def binding_setting(key: str) -> bool:
+    """Whether the dotted config ``key`` must be the same when a run resumes from a checkpoint."""
+    section, _, rest = key.partition(".")
+    head = rest.split(".", 1)[0]
+    if section == "env":
+        return head in _BINDING_ENV
+    if section == "policy":
+        return head not in _RUNTIME_POLICY
+    return key == "algo.name"
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> {dotted key: leaf value} (lists are leaves)."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, checkpoint value, config value) for every dotted key that differs: keys both configs have,
+    and ``env.extra.*`` keys (simulator arguments such as robot_uids) set in only one (None in the other)."""
+    a = _flatten(json.loads(json.dumps(saved, default=str)))
+    b = _flatten(json.loads(json.dumps(current, default=str)))
+    keys = (a.keys() & b.keys()) | {k for k in a.keys() ^ b.keys() if k.startswith("env.extra.")}
+    return [(k, a.get(k), b.get(k)) for k in sorted(keys) if a.get(k) != b.get(k)]
+
+
+def check_resume_config(cfg: TrainConfig, meta: dict[str, Any], ckpt: Path) -> None:
+    """One-line error listing every setting the checkpoint's weights depend on that the resumed config
+    changes; the other changes (run length, logging, learning rate, evaluation, ...) are logged."""
+    changes = config_changes(meta["config"], to_dict(cfg))
+    binding = [f"{k} {old!r} -> {new!r}" for k, old, new in changes if binding_setting(k)]
+    if binding:
+        raise CheckpointError(f"checkpoint '{ckpt}' does not match this model: the resumed config changes "
+                              "settings that fix the meaning or shape of its weights: "
+                              f"{'; '.join(binding)}; keep the checkpoint's values (in config.yaml and the "
+                              "overrides) or start a new run")
+    for k, old, new in changes:
+        log.info("resume changes %s: %r -> %r", k, old, new)
+
+
+def check_resume_specs(meta: dict[str, Any], now: dict[str, Any], ckpt: Path) -> None:
+    """One-line error listing how the env's observation/action specs differ from the checkpoint's."""
+    diffs = [f"{key} {meta.get(key)!r} -> {now[key]!r}" for key in ("obs_spec", "action_spec")
+             if json.loads(json.dumps(meta.get(key))) != json.loads(json.dumps(now[key]))]
+    if diffs:
+        raise CheckpointError(f"the env now gives other observations/actions than checkpoint '{ckpt}' was "
+                              f"trained on: {'; '.join(diffs)}; resume with the checkpoint's env settings or "
+                              "start a new run")
 
 
 def checkpoint_meta(cfg: TrainConfig, env: Any, env_steps: int, iteration: int) -> dict[str, Any]:
@@ -95,8 +162,11 @@ class Trainer:
         if resume:
             if (run_dir / "checkpoints").is_dir():
                 ckpt_io.restore_moved_aside(run_dir / "checkpoints")  # this run's own writer: may rename
-            self._resume_ckpt = ckpt_io.resolve(run_dir)
-            ckpt_io.read_meta(self._resume_ckpt)  # validate before building anything heavy
+            self._resume_ckpt = ckpt = ckpt_io.resolve(run_dir)
+            meta = ckpt_io.read_meta(ckpt)  # validate before building anything heavy
+            ckpt_io.require_trainer_state(ckpt)
+            check_resume_config(cfg, meta, ckpt)
+            ckpt_io.check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
         else:
             ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
@@ -123,6 +193,7 @@ class Trainer:
         meta = ckpt_io.read_meta(ckpt)
         if meta.get("policy") != self.cfg.policy.name:
             raise CheckpointError(f"checkpoint '{ckpt}' holds policy {meta.get('policy')!r}, the config asks for {self.cfg.policy.name!r}")
+        check_resume_specs(meta, self._meta(), ckpt)
         ckpt_io.load_into(self.policy, ckpt_io.load_model_state(ckpt), ckpt)
         ts = ckpt_io.load_trainer_state(ckpt)
         try:
@@ -133,7 +204,7 @@ class Trainer:
             torch.set_rng_state(ts["torch_rng"])
             np.random.set_state(ts["numpy_rng"])
             self.generator.set_state(ts["generator"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
             raise CheckpointError(f"checkpoint '{ckpt}' trainer state does not match this run ({type(err).__name__}: {err})") from None
         log.info("resumed from %s at env step %d", ckpt, self.state.env_steps)
 
@@ -389,11 +460,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     else:
         check_local_cpus(cfg)
     run_dir = make_run_dir(cfg)
-    try:
-        return (OfflineTrainer if offline else Trainer)(cfg, run_dir).run()
-    except BaseException:
-        _discard_if_unstarted(run_dir)
-        raise
+    with RunLock(run_dir):
+        try:
+            return (OfflineTrainer if offline else Trainer)(cfg, run_dir).run()
+        except BaseException:
+            _discard_if_unstarted(run_dir)
+            raise
 
 
 def _discard_if_unstarted(run_dir: Path) -> None:
@@ -412,7 +484,8 @@ def resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """Continue a killed run from its latest checkpoint with the config it was started with."""
     if not run_dir.is_dir():
         raise RoboRLError(f"run directory '{run_dir}' does not exist; pass a directory created by 'robo-rl train'")
-    cfg = load_run_config(run_dir, overrides)
     if not os.access(run_dir, os.W_OK):
         raise RunDirError(f"run directory '{run_dir}' is not writable")
-    return Trainer(cfg, run_dir, resume=True, write_config=bool(overrides)).run()
+    with RunLock(run_dir):
+        cfg = load_run_config(run_dir, overrides)
+        return Trainer(cfg, run_dir, resume=True, write_config=bool(overrides)).run()

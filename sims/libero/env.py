@@ -117,10 +117,12 @@ class LiberoSingleEnv:
         self.cfg, self.task = cfg, tasks[task_index]
         self._shifted = True  # whether this episode has the fixed offsets (variations.offset_prob)
         self.max_steps = cfg.max_episode_steps or MAX_STEPS[cfg.suite]
-        import torch
         from libero.libero.envs import OffScreenRenderEnv
 
-        self.init_states = torch.load(self.task.init_states_file, weights_only=False)
+        from robo_rl.checkpoint import safe_torch_load
+
+        # tensors and numpy arrays only: a pickle naming any other global is refused before it runs
+        self.init_states = safe_torch_load(self.task.init_states_file)
         self.env = OffScreenRenderEnv(bddl_file_name=self.task.bddl_file, camera_heights=cfg.image_size,
                                       camera_widths=cfg.image_size, render_gpu_device_id=render_gpu,
                                       hard_reset=False,  # keep the MuJoCo model between episodes (~3 s -> 0.4 s)

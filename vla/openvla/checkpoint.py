@@ -60,11 +60,9 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError) as err:
-            raise CheckpointError(f"'{index}' is not a safetensors index ({err})") from None
-        files = [path / s for s in shards]
+        from robo_rl.checkpoint import shard_files
+
+        files = shard_files(path, index)  # each shard confined to the checkpoint directory
     else:
         files = [path / "model.safetensors"]
     out: dict[str, torch.Tensor] = {}

@@ -140,10 +140,14 @@ def _names(keys: list[str], n: int = 8) -> str:
 
 def _from_pretrained(path: Path) -> Any:
     """``PI0ForConditionalGeneration.from_pretrained`` (float32, local files), strict on key names."""
-    from transformers import PI0ForConditionalGeneration
-
     if not any((path / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json")):
         raise CheckpointError(f"'{path}' has a PI0 config.json but no model.safetensors (or model.safetensors.index.json)")
+    if (path / "model.safetensors.index.json").is_file():
+        from robo_rl.checkpoint import shard_files
+
+        shard_files(path, path / "model.safetensors.index.json")  # shards inside the directory, or one line
+    from transformers import PI0ForConditionalGeneration
+
     try:
         hf, info = PI0ForConditionalGeneration.from_pretrained(str(path), local_files_only=True, dtype=torch.float32,
                                                                output_loading_info=True, ignore_mismatched_sizes=True)
