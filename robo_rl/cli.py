@@ -444,7 +444,9 @@ def cmd_demos_convert(args: argparse.Namespace) -> int:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from real_robot.deploy import run
+    from robo_rl import checkpoint as ckpt_io
 
+    ckpt_io.allow_large_models(args.allow_large)
     ros_args = ["--ros-args", *args.ros_args] if args.ros_args is not None else None
     summary = run(args.checkpoint, args.robot, args.transport, args.seconds, record=args.record, managed=args.managed,
                   ros_args=ros_args)
@@ -457,8 +459,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_steer(args: argparse.Namespace) -> int:
+    from robo_rl import checkpoint as ckpt_io
     from robo_rl.runners import steer
 
+    ckpt_io.allow_large_models(args.allow_large)
     if args.steer_command == "collect":
         out = steer.collect(args.checkpoint, args.episodes, args.out, args.num_envs, args.seed or 0, args.overrides,
                             explore=args.explore, explore_per=args.explore_per)
@@ -615,6 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rclpy: wait for a lifecycle manager's configure/activate (default: do both at start)")
     dp.add_argument("--ros-args", dest="ros_args", nargs=argparse.REMAINDER, default=None,
                     help="rclpy arguments that follow, e.g. --ros-args -p control_rate_hz:=20.0 -r __node:=arm_policy")
+    dp.add_argument("--allow-large", action="store_true",
+                    help="build the checkpoint's model even above 100M parameters")
     dp.set_defaults(fn=cmd_deploy)
 
     v = sub.add_parser("vla", help="VLA model utilities")
@@ -681,6 +687,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("overrides", nargs="*", help="env.key=value overrides (e.g. an OOD variation)")
     for q in (sc, sf, se):
         q.set_defaults(fn=cmd_steer)
+    for sp in (sc, sf, se):
+        sp.add_argument("--allow-large", action="store_true",
+                        help="build the checkpoint's model even above 100M parameters")
 
     cv = sub.add_parser("curves", help="compare seed groups of runs: binned learning curves with min-max bands")
     cv.add_argument("--group", action="append", required=True, help="LABEL=RUN_DIR[,RUN_DIR...] (repeat per group)")
