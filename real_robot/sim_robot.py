@@ -1,5 +1,5 @@
 """A simulated robot that speaks ROS 2: a ManiSkill env in its own process behind the robot
-config's topics, so the whole sim-to-real path (DDS, messages, node, safety) runs on our machines.
+config's topics, so the whole sim-to-real path (DDS, messages, node, safety) runs on a machine without a robot.
 
 Lockstep loop: publish the camera image (if configured), the task state (with ``state_source:
 topic``) and ``/joint_states`` (the first J joints of the agent's

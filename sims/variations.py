@@ -1,6 +1,6 @@
 """Per-env variations for generalization studies, selected by config.
 
-Each simulator applies what it exposes; the evaluation issue builds vision (camera, lighting),
+Each simulator applies what it exposes; the evaluation benchmarks build vision (camera, lighting),
 semantic (instruction paraphrases) and execution (object initial poses) out-of-distribution splits on
 top. All draws come from a generator seeded by the env's episode seed, so a split is reproducible.
 Everything at its default leaves the env exactly as it was.
