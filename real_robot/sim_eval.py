@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from real_robot.loopback import loopback_env, random_domain
 from robo_rl.errors import ConfigError, RoboRLError
-
-LOOPBACK = '<CycloneDDS><Domain><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces></General></Domain></CycloneDDS>'
 
 
 def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int, timeout: float = 3600) -> dict[str, Any]:
@@ -29,8 +27,9 @@ def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int
     env_cfg = meta["config"]["env"]
     if env_cfg.get("name") != "maniskill":
         raise ConfigError(f"evaluation over ROS 2 drives the simulated ManiSkill robot; this run used env {env_cfg.get('name')!r}")
-    domain = random.randint(10, 200)
-    os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK)
+    domain = random_domain()
+    loopback = loopback_env(domain)
+    os.environ.setdefault("CYCLONEDDS_URI", loopback["CYCLONEDDS_URI"])
     from real_robot.transport import make_transport
 
     policy, robot = build(checkpoint, robot_path)
@@ -46,7 +45,7 @@ def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int
     node = PolicyNode(robot, policy, tr, reactive=True)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=Path.cwd(),
-                              env={**os.environ, "ROS_DOMAIN_ID": str(domain)})
+                              env={**os.environ, **loopback})
     finally:
         node.stop()
         tr.close()
