@@ -162,7 +162,7 @@ def _run_lifecycle(checkpoint: str, robot: RobotConfig, stop: StopSignals, secon
                    record: str | None, managed: bool, ros_args: list[str] | None) -> dict[str, Any]:
     """rclpy: the lifecycle node, configured and activated here unless ``managed``."""
     import rclpy
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.lifecycle import TransitionCallbackReturn
 
     from real_robot.ros_node import LifecyclePolicyNode
@@ -171,7 +171,10 @@ def _run_lifecycle(checkpoint: str, robot: RobotConfig, stop: StopSignals, secon
     init_rclpy(args=["robo-rl-deploy", *(ros_args or [])])
     node = LifecyclePolicyNode(robot, lambda r: load_for_robot(checkpoint, r), recorder_factory=_recorder(record),
                                on_shutdown=stop.event.set)
-    executor = MultiThreadedExecutor(num_threads=3)
+    # one thread delivers inputs and serves transitions; rclpy 9's MultiThreadedExecutor re-submits a
+    # callback its pool has not started yet on every pass without waiting, a busy loop holding the GIL
+    # (control-loop stalls of 0.1-1 s measured under load)
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
 
     def spin() -> None:
@@ -186,6 +189,7 @@ def _run_lifecycle(checkpoint: str, robot: RobotConfig, stop: StopSignals, secon
         if not managed:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
                 raise ConfigError(_last_error(node, "configure"))
+            node.wait_inputs(robot.startup_timeout_s, cancel=stop.event)
             if stop.event.is_set():
                 return node.summary() | {"transport": "rclpy"}
             if node.trigger_activate() != TransitionCallbackReturn.SUCCESS and not stop.event.is_set():

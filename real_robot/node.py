@@ -60,6 +60,7 @@ class PolicyNode:
                                    hold_zero=robot.action_mode in ("ee_twist", "passthrough"))
         self.trajectory = robot.command_type == "trajectory_msgs/msg/JointTrajectory" and not reactive
         self.rejected: Counter[str] = Counter()
+        self.received: Counter[str] = Counter()  # valid messages per input (joint_states, state, camera i)
         self.sent = 0
         self.missed_ticks = 0
         self.timing = LoopTiming()
@@ -130,6 +131,7 @@ class PolicyNode:
         with self._lock:
             self._images[i] = (rgb, t)
             self._obs_seq += 1
+            self.received[f"camera{i}"] += 1
         self._obs_event.set()
 
     def _on_joints(self, raw: bytes, _t: float) -> None:
@@ -143,6 +145,7 @@ class PolicyNode:
         with self._lock:
             self._joints = (q, qd if qd is not None else np.zeros_like(q), t)
             self._obs_seq += 1
+            self.received["joint_states"] += 1
         self._obs_event.set()
         if self.reactive:
             if not self._queue:
@@ -157,6 +160,7 @@ class PolicyNode:
             return self._reject("state", err)
         with self._lock:
             self._state = (x, self.clock())
+            self.received["state"] += 1
         self._obs_event.set()
 
     def _on_instruction(self, raw: bytes, _t: float) -> None:
@@ -235,7 +239,8 @@ class PolicyNode:
         rejected = f"; rejected so far: {dict(self.rejected)}" if self.rejected else ""
         check = getattr(self.transport, "interop_problem", None)
         hint = (check() if callable(check) else None) or "check the drivers or the robot config's topics"
-        raise ConfigError(f"robot '{self.robot.name}': nothing valid within {timeout_s:g} s on {', '.join(missing)}"
+        within = f"within {timeout_s:g} s" if timeout_s > 0 else "yet"
+        raise ConfigError(f"robot '{self.robot.name}': nothing valid {within} on {', '.join(missing)}"
                           f"{rejected}; {hint}")
 
     # -- observation and inference ------------------------------------------------------------------

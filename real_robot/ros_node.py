@@ -1,7 +1,9 @@
 """The policy node as an rclpy lifecycle (managed) node, as ROS 2 tools expect it.
 
 States: configure (apply ROS parameters over the robot config, load the policy, check its spaces
-against the robot, create the subscriptions), activate (wait for fresh inputs, start commanding),
+against the robot, create the subscriptions), activate (refused, naming what is missing, unless every
+input is fresh; then start commanding; ``robo-rl deploy`` without ``--managed`` waits for the inputs
+before it activates),
 deactivate (one hold, stop commanding; subscriptions stay), cleanup (drop the subscriptions),
 shutdown (the final safe command). Parameters (read at configure, so ``ros2 param set`` before
 configure or ``--ros-args -p name:=value`` override the robot YAML): ``control_rate_hz``,
@@ -19,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from std_srvs.srv import Trigger
 
@@ -68,8 +69,9 @@ def apply_parameters(robot: RobotConfig, params: dict[str, Any]) -> RobotConfig:
 
 
 class LifecyclePolicyNode(LifecycleNode):
-    """Hosts a ``PolicyNode`` on rclpy; spin it with a multi-threaded executor (transitions may wait for
-    inputs while the subscriptions deliver them)."""
+    """Hosts a ``PolicyNode`` on rclpy; spin it with a ``SingleThreadedExecutor`` in a thread of its own.
+    No transition blocks on inputs (the executor thread delivers them): ``wait_inputs`` is for a caller
+    outside the executor that configures and activates the node itself."""
 
     def __init__(self, robot: RobotConfig, load_policy: PolicyLoader, node_name: str = "robo_rl_policy",
                  recorder_factory: Callable[[RobotConfig], Any] | None = None,
@@ -84,7 +86,6 @@ class LifecyclePolicyNode(LifecycleNode):
         self.final_decision: Any = None
         self.last_error: str | None = None
         self._cancel = threading.Event()
-        self._group = ReentrantCallbackGroup()
         # dynamic typing: ``control_rate_hz:=20`` (an integer) is as good as 20.0; values are checked at configure
         any_type = ParameterDescriptor(dynamic_typing=True)
         for key in TOPIC_PARAMS:
@@ -93,7 +94,7 @@ class LifecyclePolicyNode(LifecycleNode):
         self.declare_parameter("startup_timeout_s", float(robot.startup_timeout_s), any_type)
         if robot.cameras:
             self.declare_parameter("camera_topics", [c.topic for c in robot.cameras], any_type)
-        self.create_service(Trigger, "~/reset_estop", self._on_reset_estop, callback_group=self._group)
+        self.create_service(Trigger, "~/reset_estop", self._on_reset_estop)
 
     def _params(self) -> dict[str, Any]:
         names = [*TOPIC_PARAMS, "control_rate_hz", "startup_timeout_s"] + (["camera_topics"] if self.robot.cameras else [])
@@ -105,7 +106,7 @@ class LifecyclePolicyNode(LifecycleNode):
             robot = apply_parameters(self.robot, self._params())
             policy, state_dim = self._load_policy(robot)
             self.recorder = self._recorder_factory(robot) if self._recorder_factory else None
-            transport = RclpyTransport(node=self, spin=False, callback_group=self._group)
+            transport = RclpyTransport(node=self, spin=False)
             self.policy_node = PolicyNode(robot, policy, transport, recorder=self.recorder, state_dim=state_dim,
                                           node_name=self.get_name())
             self.policy_node.check_types()
@@ -118,14 +119,21 @@ class LifecyclePolicyNode(LifecycleNode):
                                f"commands on {robot.command_topic}")
         return TransitionCallbackReturn.SUCCESS
 
+    def wait_inputs(self, timeout_s: float, cancel: threading.Event | None = None) -> None:
+        """After configure, from a thread other than the executor's: block until every required input
+        delivered a valid message (one-line ConfigError naming the missing ones after ``timeout_s``)."""
+        if self.policy_node is None:
+            raise ConfigError("the policy node is not configured")
+        self.policy_node.wait_ready(timeout_s, cancel=cancel)
+
     def on_activate(self, state: Any) -> TransitionCallbackReturn:
         node = self.policy_node
         if node is None:
             return TransitionCallbackReturn.FAILURE
         try:
-            node.wait_ready(node.robot.startup_timeout_s, cancel=self._cancel)
+            node.wait_ready(0.0)
         except RoboRLError as err:
-            self.last_error = str(err)
+            self.last_error = f"{err}; activate again once they arrive"
             self.get_logger().error(f"activate failed: {err}")
             return TransitionCallbackReturn.FAILURE
         if self._cancel.is_set():

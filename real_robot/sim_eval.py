@@ -29,14 +29,18 @@ def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int
         raise ConfigError(f"evaluation over ROS 2 drives the simulated ManiSkill robot; this run used env {env_cfg.get('name')!r}")
     domain = random_domain()
     loopback = loopback_env(domain)
-    os.environ.setdefault("CYCLONEDDS_URI", loopback["CYCLONEDDS_URI"])
-    from real_robot.transport import make_transport
+    import importlib.util
+
+    if importlib.util.find_spec("cyclonedds") is None:
+        raise ConfigError("evaluation over ROS 2 needs the cyclonedds package: pip install 'robo-rl[ros2]'")
+    from real_robot.transport.dds import CycloneTransport
 
     policy, robot = build(checkpoint, robot_path)
     if (env_cfg.get("control_mode") or "pd_joint_pos") != "pd_joint_pos" and robot.action_mode != "passthrough":
         raise ConfigError(f"this run's actions are {env_cfg.get('control_mode')!r}; use a robot config with "
                           "action_mode: passthrough (e.g. configs/robots/panda_sim_delta.yaml)")
-    tr = make_transport("cyclonedds", domain)
+    # the node and the simulated robot both on the loopback settings, whatever CYCLONEDDS_URI says
+    tr = CycloneTransport(domain, config=loopback["CYCLONEDDS_URI"])
     cmd = [sys.executable, "-m", "real_robot.sim_robot", "--robot", robot_path, "--task", env_cfg["task"],
            "--episodes", str(episodes), "--seed", str(seed), "--domain", str(domain),
            "--control-mode", env_cfg.get("control_mode") or "pd_joint_pos"]
@@ -50,7 +54,10 @@ def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int
         node.stop()
         tr.close()
     if proc.returncode != 0:
-        raise RoboRLError(f"the simulated robot failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
+        seen = (f"the policy node received {dict(node.received)} and sent {node.sent} command(s)" if node.received
+                else "no observation reached the policy node (DDS discovery between the two processes failed)")
+        raise RoboRLError(f"the simulated robot failed: {last}; {seen}")
     results = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
     successes = sum(bool(r["success"]) for r in results)
     lo, hi = wilson_interval(successes, len(results))

@@ -92,8 +92,10 @@ def test_eval_over_ros2_matches_direct_eval(bc_config, tmp_path, need_maniskill)
     direct = run_cli("eval", str(run), "--episodes", "1", "--num-envs", "1", "--seed", "7", "--no-video",
                      "--out", str(tmp_path / "evals" / "direct.json"))
     assert direct.returncode == 0, direct.stderr[-3000:]
+    # a shell's CYCLONEDDS_URI (here: multicast on) must not split the node from the simulated robot
+    shell = '<CycloneDDS><Domain><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces></General></Domain></CycloneDDS>'
     ros = run_cli("eval", str(run), "--episodes", "1", "--seed", "7", "--via-ros", "configs/robots/panda_sim_state.yaml",
-                  "--out", str(tmp_path / "evals" / "ros.json"))
+                  "--out", str(tmp_path / "evals" / "ros.json"), env={"CYCLONEDDS_URI": shell})
     assert ros.returncode == 0, ros.stderr[-3000:]
     d, r = json.loads(direct.stdout), json.loads(ros.stdout)
     # --out holds the same JSON, and the two files pair up in robo-rl compare

@@ -40,15 +40,16 @@ _domains: dict[int, list[Any]] = {}  # domain id -> [cyclonedds Domain or None, 
 _domains_lock = threading.Lock()
 
 
-def domain_config() -> str:
-    """CYCLONEDDS_URI (files and/or XML, comma-separated) followed by ``COMPAT_CONFIG``."""
+def domain_config(base: str | None = None) -> str:
+    """``base`` (default: CYCLONEDDS_URI; files and/or XML, comma-separated) followed by ``COMPAT_CONFIG``."""
     import os
 
-    return ",".join(part for part in (os.environ.get("CYCLONEDDS_URI", "").strip(), COMPAT_CONFIG) if part)
+    base = os.environ.get("CYCLONEDDS_URI", "") if base is None else base
+    return ",".join(part for part in (base.strip(), COMPAT_CONFIG) if part)
 
 
-def _acquire_domain(domain_id: int) -> None:
-    """Creates the Cyclone domain ``domain_id`` with ``domain_config()`` for the first transport on it.
+def _acquire_domain(domain_id: int, base: str | None = None) -> None:
+    """Creates the Cyclone domain ``domain_id`` with ``domain_config(base)`` for the first transport on it.
 
     A domain that cannot be made so (e.g. one already made in this process by other code) is left to
     ``DomainParticipant``, with CYCLONEDDS_URI alone; that is logged as a warning."""
@@ -58,7 +59,7 @@ def _acquire_domain(domain_id: int) -> None:
     with _domains_lock:
         if domain_id not in _domains:
             try:
-                domain: Any = Domain(domain_id, domain_config())
+                domain: Any = Domain(domain_id, domain_config(base))
             except DDSException as err:
                 log.warning("DDS domain %d runs without the Fast DDS compatibility setting (%s); Fast DDS peers "
                             "may not match", domain_id, err)
@@ -192,17 +193,19 @@ class _Subscription:
 
 
 class CycloneTransport:
-    """One DDS participant on ``domain_id`` (default: ROS_DOMAIN_ID or 0)."""
+    """One DDS participant on ``domain_id`` (default: ROS_DOMAIN_ID or 0). ``config``: Cyclone XML used
+    instead of CYCLONEDDS_URI when this transport is the first on its domain in the process (e.g. the
+    loopback settings of ``real_robot.loopback`` for a sim-in-the-loop run, whatever the shell set)."""
 
     name = "cyclonedds"
 
-    def __init__(self, domain_id: int | None = None) -> None:
+    def __init__(self, domain_id: int | None = None, config: str | None = None) -> None:
         import os
 
         from cyclonedds.domain import DomainParticipant
 
         self.domain_id = int(os.environ.get("ROS_DOMAIN_ID", 0)) if domain_id is None else domain_id
-        _acquire_domain(self.domain_id)
+        _acquire_domain(self.domain_id, config)
         try:
             self.participant = DomainParticipant(self.domain_id)
         except Exception:

@@ -76,13 +76,12 @@ class RclpyTransport:
     name = "rclpy"
 
     def __init__(self, node_name: str = "robo_rl_policy", domain_id: int | None = None, node: Any = None,
-                 spin: bool = True, callback_group: Any = None) -> None:
+                 spin: bool = True) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
         self._owns_context = init_rclpy(domain_id)
         self._rclpy = rclpy
-        self._group = callback_group
         self._owns_node = node is None
         self.node = node if node is not None else rclpy.create_node(node_name)
         self._executor = None
@@ -107,7 +106,7 @@ class RclpyTransport:
     def subscribe(self, topic: str, msgtype: str, callback: RawCallback, qos: QoS = DEFAULT_QOS) -> _Sub:
         sub = self.node.create_subscription(msg_class(msgtype), topic,
                                             lambda raw: callback(bytes(raw), time.monotonic()),
-                                            qos_profile(qos), raw=True, callback_group=self._group)
+                                            qos_profile(qos), raw=True)
         return _Sub(self.node, sub)
 
     def endpoint_types(self, topic: str, kind: Literal["publisher", "subscriber"]) -> set[str]:

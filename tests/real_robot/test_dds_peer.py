@@ -36,13 +36,13 @@ print(json.dumps({"sent": i, "received": got}))
 '''
 
 
-def test_plain_cyclonedds_peer_talks_to_our_transport(tmp_path):
+def test_plain_cyclonedds_peer_talks_to_our_transport(tmp_path, monkeypatch):
     from real_robot import messages as m
     from real_robot.transport import make_transport
 
     domain = random.randint(10, 200)
     env = {**os.environ, "CYCLONEDDS_URI": LOOPBACK, "ROS_DOMAIN_ID": str(domain)}
-    os.environ["CYCLONEDDS_URI"] = LOOPBACK
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK)  # this process only, for this test
     script = tmp_path / "peer.py"
     script.write_text(PEER)
     ours = make_transport("cyclonedds", domain)

@@ -34,12 +34,12 @@ class HoldPolicy:
         return PolicyOutput(actions=torch.as_tensor(obs["state"])[:, : self.j])
 
 
-def test_node_drives_the_simulated_ros2_robot(need_maniskill):
+def test_node_drives_the_simulated_ros2_robot(need_maniskill, monkeypatch):
     from real_robot.transport import make_transport
 
     robot = load_robot(str(REPO / "configs/robots/panda_sim.yaml"))
     domain = random.randint(10, 200)
-    os.environ["CYCLONEDDS_URI"] = LOOPBACK
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK)  # this process only, for this test
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain)}
     sim = subprocess.Popen([sys.executable, "-m", "real_robot.sim_robot", "--task", "PickCube-v1", "--episodes", "2",
                             "--max-episode-steps", "8", "--domain", str(domain)], cwd=REPO, env=env,
