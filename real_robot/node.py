@@ -33,6 +33,7 @@ from real_robot.config import RobotConfig
 from real_robot.diagnostics import LoopTiming, diagnostic_array, status_level
 from real_robot.safety import Decision, SafetyFilter, ThrottledLog
 from real_robot.transport.base import QoS, Transport
+from robo_rl.boundary import obs_to_torch
 from robo_rl.contracts import Policy
 from robo_rl.errors import ConfigError
 
@@ -272,8 +273,7 @@ class PolicyNode:
         obs, _ = got
         try:
             with torch.no_grad():
-                out = self.policy.act({k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v for k, v in obs.items()},
-                                      deterministic=True)
+                out = self.policy.act(obs_to_torch(obs), deterministic=True)
             actions = np.asarray(torch.as_tensor(out.actions).detach().cpu(), dtype=np.float64)[0]
             if actions.ndim not in (1, 2) or actions.shape[-1] != self.robot.command_dim or not len(actions):
                 raise ValueError(f"policy action of shape {actions.shape}; robot '{self.robot.name}' takes "

@@ -697,8 +697,13 @@ def check_finite(state: dict[str, torch.Tensor], file: Path) -> None:
 
 # --- the size of the model a checkpoint describes ---------------------------------------------------------
 
+def max_params() -> int | None:
+    """The parameter limit of a policy built from a config or checkpoint (None after ``allow_large_models``)."""
+    return _limits["max_params"]
+
+
 def allow_large_models(allow: bool = True) -> None:
-    """Lift (or restore) the :data:`MAX_PARAMS` limit of :func:`check_model_size` (``--allow-large``)."""
+    """Lift (or restore) the :data:`MAX_PARAMS` limit of ``robo_rl.build.check_model_size`` (``--allow-large``)."""
     _limits["max_params"] = None if allow else MAX_PARAMS
 
 
@@ -717,39 +722,6 @@ def specs_from_meta(meta: dict[str, Any], ckpt: Path) -> tuple[dict[str, Any], A
     act = meta["action_spec"]
     low, high = act.get("low"), act.get("high")
     return obs_spec, ArraySpec(shape(act.get("shape", []), "action_spec.shape"), "float32", low, high)
-
-
-def estimate_parameters(policy_cfg: Any, obs_spec: dict[str, Any], action_spec: Any) -> int | None:
-    """Parameters + buffers of the policy ``policy_cfg`` describes, counted by building it on the meta
-    device (no memory); None where that is not possible (a policy loading pretrained files named by
-    ``policy.checkpoint`` is sized by those files)."""
-    from robo_rl.runners.build import build_policy
-
-    if getattr(policy_cfg, "checkpoint", None):
-        return None
-    try:
-        with torch.device("meta"):
-            policy = build_policy(policy_cfg, obs_spec, action_spec)
-    except RoboRLError:
-        raise
-    except Exception as err:  # a policy that cannot be built on the meta device: not sized here
-        log.debug("cannot size policy %s on the meta device: %s", getattr(policy_cfg, "name", "?"), err)
-        return None
-    return sum(t.numel() for t in policy.state_dict().values())
-
-
-def check_model_size(policy_cfg: Any, obs_spec: dict[str, Any], action_spec: Any, source: str) -> None:
-    """One-line error when the policy ``source`` describes has more than :data:`MAX_PARAMS` parameters
-    (unless :func:`allow_large_models`), before anything of that size is allocated."""
-    limit = _limits["max_params"]
-    if limit is None:
-        return
-    n = estimate_parameters(policy_cfg, obs_spec, action_spec)
-    if n is not None and n > limit:
-        raise CheckpointError(f"{source} describes a {getattr(policy_cfg, 'name', '?')} policy of "
-                              f"{n / 1e6:,.0f}M parameters ({n * 4 / 2**30:.1f} GiB as float32), more than "
-                              f"the {limit / 1e6:,.0f}M built without --allow-large; pass --allow-large if a "
-                              "model this size is expected")
 
 
 def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], ckpt: Path) -> None:

@@ -56,7 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not args.config:
             raise RoboRLError("robo-rl train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
         from robo_rl.config import load
-        from robo_rl.runners.config import TrainConfig
+        from robo_rl.run_config import TrainConfig
 
         cfg = load(TrainConfig, args.config, args.overrides)
         if args.dry_run:
@@ -74,10 +74,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from robo_rl import checkpoint as ckpt_io
+    from robo_rl.build import build_env, build_policy, with_num_envs
     from robo_rl.config import apply_overrides, from_dict
     from robo_rl.errors import CheckpointError, ConfigError
-    from robo_rl.runners.build import build_env, build_policy, with_num_envs
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
     ckpt_io.allow_large_models(args.allow_large)
@@ -146,7 +146,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise CheckpointError(f"checkpoint '{ckpt}' carries an unusable config ({err})") from None
     if args.overrides:  # a bad key or value is the override's fault: its own one-line error
         cfg = from_dict(TrainConfig, apply_overrides(meta["config"], args.overrides))
-    ckpt_io.check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
+    from robo_rl.build import check_model_size
+
+    check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
     env_cfg = cfg.env
     if args.num_envs:
         env_cfg = with_num_envs(env_cfg, args.num_envs)

@@ -73,6 +73,41 @@ class VecEnv(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Steerable(Protocol):
+    """A flow policy RL^2 latent steering can wrap (``robo-rl steer``)."""
+
+    def steered(self, cfg: Any) -> Any:
+        """This policy, frozen, plus a latent velocity head and a failure gate built from ``cfg``
+        (a ``robo_rl.algorithms.rl2.SteeringConfig``): a ``Policy`` with ``steering_loss``."""
+        ...
+
+
+@runtime_checkable
+class SimulatorSupport(Protocol):
+    """What evaluation and benchmarks need from a simulator beyond its VecEnv; one per simulator in
+    ``robo_rl.registry.SIMULATORS``. ``env_cfg`` is that simulator's env config dataclass."""
+
+    name: str
+    packages: tuple[str, ...]  # distribution names whose versions a benchmark result records
+
+    def expert_block(self, env_cfg: Any, episodes: int, seed: int) -> tuple[int, int, float]:
+        """(episodes, successes, return sum) of the privileged scripted expert; episode j seeded ``seed + j``."""
+        ...
+
+    def reference_env(self, task: str | None) -> Any:
+        """The env config a benchmark evaluates in when no trained run supplies one."""
+        ...
+
+    def backend(self, env_cfg: Any) -> dict[str, str]:
+        """``physics`` and ``render`` backends ``env_cfg`` runs on here."""
+        ...
+
+    def suite_size(self, suite: str) -> int:
+        """Number of tasks in a task suite (ConfigError where the simulator has no suites)."""
+        ...
+
+
 @dataclass
 class PolicyOutput:
     """What ``Policy.act`` returns.

@@ -99,3 +99,8 @@ ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "opd": "robo_rl.algorithms.opd:OPD",
     "bc": "robo_rl.algorithms.bc:BC",
 })
+# what evaluation and benchmarks need from a simulator beyond its VecEnv (robo_rl.contracts.SimulatorSupport)
+SIMULATORS = Registry("simulators", singular="simulator", entries={
+    "maniskill": "sims.maniskill.support:SUPPORT",
+    "libero": "sims.libero.support:SUPPORT",
+})

@@ -132,8 +132,8 @@ def fake_sim(monkeypatch):
     """build_env / evaluate_policy replaced by fakes; returns the (env task, seed, episodes) of every block run."""
     from types import SimpleNamespace
 
+    import robo_rl.build as build
     import robo_rl.eval.benchmark as bm
-    import robo_rl.runners.build as build
     import robo_rl.runners.evaluate as ev
     from robo_rl.contracts import ArraySpec
 
@@ -214,12 +214,12 @@ def test_a_corrupt_results_file_is_refused_in_one_line(fake_sim, tmp_path, conte
 
 
 def test_a_maniskill_policy_on_a_libero_suite_is_refused_before_the_policy_loads(monkeypatch, tmp_path):
+    import robo_rl.build as build
     import robo_rl.checkpoint as ckpt_io
-    import robo_rl.runners.build as build
     from robo_rl.config import load, to_dict
     from robo_rl.errors import ConfigError
     from robo_rl.eval.benchmark import evaluate_benchmark, get_benchmark, task_env_configs
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
     from sims.maniskill.env import ManiSkillConfig
 
     with pytest.raises(ConfigError, match="LIBERO suite but the policy was trained in 'maniskill'"):

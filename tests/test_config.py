@@ -5,7 +5,7 @@ import pytest
 from robo_rl.config import apply_overrides, from_dict, load
 from robo_rl.errors import ConfigError, RegistryError
 from robo_rl.registry import ENVS, POLICIES, Registry
-from robo_rl.runners.config import TrainConfig
+from robo_rl.run_config import TrainConfig
 
 BASE = {"env": {"name": "maniskill", "task": "PickCube-v1"}}
 

@@ -32,7 +32,7 @@ from robo_rl.config import (
 )
 from robo_rl.errors import ConfigError
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
-from robo_rl.runners.config import TrainConfig
+from robo_rl.run_config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {"env": {"name": "maniskill", "task": "PickCube-v1"}}

@@ -64,7 +64,7 @@ def cluster():
 
 def _cfg(tmp_path, *overrides):
     from robo_rl.config import load
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
 
     return load(TrainConfig, REPO / "configs" / "quickstart.yaml",
                        ["env.num_envs=4", *FAST, f"run.out_dir={tmp_path}", *overrides])

@@ -26,7 +26,7 @@ def local_ray():
 
 def _cfg(*overrides):
     from robo_rl.config import load
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
 
     return load(TrainConfig, REPO / "configs" / "quickstart.yaml",
                 ["policy.hidden=[32,32]", "algo.epochs=3", "algo.minibatches=1", "algo.norm_adv=false",
@@ -36,9 +36,9 @@ def _cfg(*overrides):
 
 def _setup(cfg):
     """(policy, obs spec, action spec, a batch of N transitions the policy could have collected)."""
+    from robo_rl.build import build_policy
     from robo_rl.contracts import ArraySpec
     from robo_rl.rollout.buffer import RolloutBatch
-    from robo_rl.runners.build import build_policy
 
     torch.manual_seed(0)
     obs_spec = {"state": ArraySpec((OBS,), "float32")}
@@ -55,8 +55,8 @@ def _setup(cfg):
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_learners_equal_one_process(local_ray, strategy):
+    from robo_rl.build import build_algorithm
     from robo_rl.distributed.learner import RayLearners
-    from robo_rl.runners.build import build_algorithm
 
     cfg = _cfg(f"cluster.learner_strategy={strategy}")
     policy, obs_spec, action_spec, batch = _setup(cfg)
@@ -89,9 +89,9 @@ def test_rpd_on_ddp_learners_equals_one_process(local_ray, tmp_path):
     """RPD's teacher term calls the student outside the DDP wrapper; the averaged gradient must still
     be the one-process gradient (a teacher checkpoint written by the test; lambda well above zero)."""
     from robo_rl import checkpoint as ckpt_io
+    from robo_rl.build import build_algorithm, policy_from_checkpoint
     from robo_rl.config import to_dict
     from robo_rl.distributed.learner import RayLearners
-    from robo_rl.runners.build import build_algorithm, policy_from_checkpoint
 
     base = _cfg()
     teacher_policy = _setup(base)[0]

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from robo_rl import checkpoint as ck
+from robo_rl.build import check_model_size
 from robo_rl.errors import CheckpointError, RunDirError
 from robo_rl.runlock import RunLock
 from tests.conftest import REPO, run_cli
@@ -217,10 +218,10 @@ def test_second_writer_is_refused_naming_the_pid_and_a_killed_holder_frees_the_l
 
 def test_readers_load_a_locked_run(tmp_path):
     """Teacher/eval/steer loading (policy_from_checkpoint) never takes the writer lock."""
+    from robo_rl.build import build_policy, policy_from_checkpoint
     from robo_rl.config import load, to_dict
     from robo_rl.contracts import ArraySpec
-    from robo_rl.runners.build import build_policy, policy_from_checkpoint
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
 
     cfg = load(TrainConfig, REPO / "configs/quickstart.yaml", ["policy.hidden=[8,8]"])
     policy = build_policy(cfg.policy, {"state": ArraySpec((5,), "float32")},
@@ -257,7 +258,7 @@ def test_forked_children_do_not_keep_the_lock(tmp_path):
 
 def test_resume_config_check_names_binding_changes_and_allows_safe_ones(caplog):
     from robo_rl.config import load, to_dict
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
     from robo_rl.runners.train import check_resume_config
 
     base = load(TrainConfig, REPO / "configs/quickstart.yaml", ["policy.hidden=[8,8]"])
@@ -321,12 +322,12 @@ def test_a_huge_model_described_by_meta_is_refused_before_it_is_built(tmp_path):
                                                                              action_spec={"shape": [8]}))
     meta = ck.read_meta(c)
     obs, act = ck.specs_from_meta(meta, c)
-    msg, peak = _timed(ck.check_model_size, MLPConfig(hidden=(12000, 12000)), obs, act, f"checkpoint '{c}'")
+    msg, peak = _timed(check_model_size, MLPConfig(hidden=(12000, 12000)), obs, act, f"checkpoint '{c}'")
     assert "289M parameters" in msg and "--allow-large" in msg and peak < 64 * 2**20
-    ck.check_model_size(MLPConfig(hidden=(64, 64)), obs, act, "small")  # a usual model passes
+    check_model_size(MLPConfig(hidden=(64, 64)), obs, act, "small")  # a usual model passes
     ck.allow_large_models()
     try:
-        ck.check_model_size(MLPConfig(hidden=(12000, 12000)), obs, act, "allowed")
+        check_model_size(MLPConfig(hidden=(12000, 12000)), obs, act, "allowed")
     finally:
         ck.allow_large_models(False)
 

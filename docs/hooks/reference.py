@@ -204,7 +204,7 @@ def config_reference() -> str:
     """Markdown of every training-config and robot-config key."""
     from real_robot.config import RobotConfig
     from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
-    from robo_rl.runners.config import ClusterConfig, RunConfig, TrainConfig
+    from robo_rl.run_config import ClusterConfig, RunConfig, TrainConfig
 
     top = attribute_docstrings(TrainConfig)
     lines = ["# Configuration", "",

@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from robo_rl.config import load
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
 
     p = argparse.ArgumentParser(prog="robo-rl bench ppo", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="configs/quickstart.yaml")

@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--num-envs {args.num_envs} must be >= 2 (the pipeline needs >= 2 env workers)")
     from policies.mlp import MLPActorCritic, MLPConfig
     from robo_rl.affinity import pin_process
+    from robo_rl.boundary import obs_to_torch
     from robo_rl.errors import RoboRLError
-    from robo_rl.rollout.buffer import obs_to_torch
     from robo_rl.rollout.collector import Collector
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 

@@ -122,7 +122,7 @@ class LearnerWorker:
         from ``algo_state`` if given; ``updates`` done so far, which e.g. ends a critic warm-up)."""
         import torch.distributed as dist
 
-        from robo_rl.runners.build import build_algorithm, build_policy, policy_from_checkpoint
+        from robo_rl.build import build_algorithm, build_policy, policy_from_checkpoint
 
         cfg = self.cfg
         dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", init_method=init_method,

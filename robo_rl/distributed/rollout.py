@@ -45,8 +45,8 @@ class RolloutWorker:
     def __init__(self, cfg: Any, index: int, num_envs: int, seed: int, gamma: float, lam: float,
                  bootstrap: bool) -> None:
 
+        from robo_rl.build import build_env, build_policy, with_num_envs
         from robo_rl.rollout.collector import Collector
-        from robo_rl.runners.build import build_env, build_policy, with_num_envs
 
         torch.set_num_threads(cfg.run.torch_threads)
         torch.manual_seed(seed)

@@ -30,7 +30,13 @@ from typing import Any
 import numpy as np
 
 from robo_rl.errors import ConfigError, RoboRLError
-from robo_rl.eval.reference import REFERENCE_POLICIES, UniformRandomPolicy, expert_block, reference_env
+from robo_rl.eval.reference import (
+    REFERENCE_POLICIES,
+    UniformRandomPolicy,
+    expert_block,
+    reference_env,
+    simulator_support,
+)
 
 SCHEMA = 1
 
@@ -87,17 +93,9 @@ def _environment(sim: str, env_cfg: Any) -> dict[str, str]:
     """Package versions plus the physics/render backend the episodes ran on."""
     from importlib.metadata import PackageNotFoundError, version
 
-    if sim == "maniskill":
-        from sims.maniskill.env import cuda_available
-
-        gpu = env_cfg.backend == "gpu" or (env_cfg.backend == "auto" and cuda_available())
-        out = {"physics": "physx_cuda" if gpu else "physx_cpu",
-               "render": "cpu (lavapipe)" if env_cfg.render_device == "cpu" or not cuda_available()
-               else f"gpu {env_cfg.render_device}"}
-    else:
-        out = {"physics": "mujoco", "render": f"{env_cfg.gl} (device {env_cfg.render_gpu})"}
-    for pkg in ("robo-rl", "torch", "numpy", {"maniskill": "mani-skill", "libero": "libero"}[sim],
-                {"maniskill": "sapien", "libero": "mujoco"}[sim]):
+    support = simulator_support(sim, "benchmark support")
+    out = dict(support.backend(env_cfg))
+    for pkg in ("robo-rl", "torch", "numpy", *support.packages):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -110,7 +108,7 @@ def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None,
     """task name -> (env config, task index for seeding) for every task of the benchmark, built on the
     training env's settings. With several ``strengths`` a ManiSkill split is run at each multiple of
     its variations ("PickCube-v1 x0.5"); the levels share the task's seeds (paired comparison)."""
-    from robo_rl.runners.build import with_num_envs
+    from robo_rl.build import with_num_envs
 
     n = {"num_envs": num_envs} if num_envs else {}
     if bench.sim == "maniskill":
@@ -131,10 +129,9 @@ def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None,
                           "on a ManiSkill split (maniskill-id, maniskill-vision, ...)")
     if tuple(strengths) != (1.0,):
         raise ConfigError("--strengths applies to ManiSkill splits; LIBERO suites vary nothing")
-    from sims.libero.suites import suite_tasks
-
+    size = simulator_support("libero", "benchmark support").suite_size(bench.suite)
     return {f"{bench.suite}/{i}": (dataclasses.replace(train_env, suite=bench.suite, task_ids=(i,), max_episode_steps=None, **n), i)
-            for i in range(len(suite_tasks(bench.suite)))}
+            for i in range(size)}
 
 
 def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: str) -> None:
@@ -142,8 +139,8 @@ def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: st
     by side: the same seeds as the task's first episodes. Kept out of the results JSON."""
     import imageio.v2 as imageio
 
+    from robo_rl.build import build_env
     from robo_rl.eval.plots import write_video
-    from robo_rl.runners.build import build_env
     from robo_rl.runners.evaluate import evaluate_policy
 
     slug = task.replace("/", "_").replace(" ", "_")
@@ -217,10 +214,10 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     ``strengths``: multiples of the split's variations to sweep; ``media``: thumbnails and videos of a few
     episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert)."""
     from robo_rl import checkpoint as ckpt_io
+    from robo_rl.build import build_env, policy_from_checkpoint
     from robo_rl.config import from_dict
     from robo_rl.eval.stats import aggregate, success_ci
-    from robo_rl.runners.build import build_env, policy_from_checkpoint
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy
 
     bench = get_benchmark(name)

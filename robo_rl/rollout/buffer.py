@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -46,16 +45,6 @@ class RolloutBatch:
         return RolloutBatch({k: v.to(device) for k, v in self.obs.items()}, {k: v.to(device) for k, v in self.extras.items()},
                             self.log_prob.to(device), self.values.to(device), self.advantages.to(device),
                             self.returns.to(device))
-
-
-def obs_to_torch(obs: dict[str, Any]) -> dict[str, Any]:
-    """Numpy observation arrays -> tensors; ``instruction`` (list[str]) is passed through as is, other
-    non-array entries are dropped. The rollout buffer stores only the tensors (policies that need
-    the text, like VLAs, put its token ids into ``extras``)."""
-    out: dict[str, Any] = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items() if isinstance(v, np.ndarray)}
-    if "instruction" in obs:
-        out["instruction"] = list(obs["instruction"])
-    return out
 
 
 class RolloutBuffer:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.rollout.buffer import RolloutBatch, RolloutBuffer, obs_to_torch
+from robo_rl.boundary import obs_to_torch, to_env_actions
+from robo_rl.rollout.buffer import RolloutBatch, RolloutBuffer
 from robo_rl.rollout.normalize import ReturnScaler
 from robo_rl.rollout.stats import EpisodeStats
 
@@ -25,8 +26,6 @@ class Collector:
 
     def __init__(self, env: Any, policy: Any, steps: int, gamma: float, lam: float,
                  bootstrap_on_terminated: bool = False, reward_norm: bool = False, pipeline: bool = False) -> None:
-        from robo_rl.runners.build import to_env_actions
-
         self._to_env = to_env_actions
         self.env, self.policy = env, policy
         self.steps, self.gamma, self.lam, self.bootstrap = steps, gamma, lam, bootstrap_on_terminated
@@ -94,8 +93,7 @@ class Collector:
         buffering); every env sees the same sequence of (obs, action) as in the serial loop, so the
         batch has the serial loop's distribution. Policies act on row subsets: all our policies are
         stateless per env (chunks are executed by the VecEnv)."""
-        from robo_rl.contracts import PolicyOutput
-        from sims.vector import StepResult
+        from robo_rl.contracts import PolicyOutput, StepResult
 
         env, policy, n = self.env, self.policy, self.env.num_workers
         groups = [list(range(n // 2)), list(range(n // 2, n))]

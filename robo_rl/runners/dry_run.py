@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from robo_rl.build import build_algorithm, build_env, build_policy
 from robo_rl.errors import ConfigError
-from robo_rl.runners.build import build_algorithm, build_env, build_policy
-from robo_rl.runners.config import TrainConfig
+from robo_rl.run_config import TrainConfig
 
 # Machine-specific env settings (GPUs, pinned cores) and their stand-ins for the dry run (by field name, any simulator).
 _CPU_FIELDS = {"backend": "cpu", "gl": "osmesa", "render_gpu": -1, "render_device": "cpu", "scene_workers": None,

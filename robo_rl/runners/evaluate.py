@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_rl.boundary import obs_to_torch, to_env_actions
 from robo_rl.eval.metrics import wilson_interval
-from robo_rl.rollout.buffer import obs_to_torch
-from robo_rl.runners.build import to_env_actions
 
 
 @dataclass

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from robo_rl import checkpoint as ckpt_io
+from robo_rl.build import build_algorithm, build_env, build_policy
 from robo_rl.data.augment import random_shift
 from robo_rl.errors import ConfigError
-from robo_rl.runners.build import build_algorithm, build_env, build_policy
-from robo_rl.runners.config import TrainConfig
+from robo_rl.run_config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy
 from robo_rl.runners.logger import OFFLINE_COLUMNS, MetricsLogger
 

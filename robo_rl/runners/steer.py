@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_rl.boundary import obs_to_torch, to_env_actions
+from robo_rl.build import build_env, policy_from_checkpoint, with_num_envs
 from robo_rl.checkpoint import atomic_path, check_replaceable, output_problem, replace_dir
+from robo_rl.contracts import Steerable
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
-from robo_rl.rollout.buffer import obs_to_torch
-from robo_rl.runners.build import build_env, policy_from_checkpoint, to_env_actions, with_num_envs
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 def _env_cfg(checkpoint: str, overrides: list[str], num_envs: int | None) -> Any:
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.config import apply_overrides, from_dict
-    from robo_rl.runners.config import TrainConfig
+    from robo_rl.run_config import TrainConfig
 
     bad = [o for o in overrides if not o.startswith("env.")]
     if bad:
@@ -53,7 +54,7 @@ def _flow_policy(checkpoint: str) -> Any:
 def _flow_policy_and_spec(checkpoint: str) -> tuple[Any, dict[str, Any]]:
     """(the checkpoint's flow policy, its obs spec)."""
     policy, obs_spec, _ = policy_from_checkpoint(checkpoint)
-    if not hasattr(getattr(policy, "model", None), "velocity"):
+    if not isinstance(policy, Steerable):
         raise ConfigError(f"'{checkpoint}' holds a {type(policy).__name__}; RL^2 steering needs a flow (pi0) policy")
     return policy, obs_spec
 
@@ -304,8 +305,6 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         task_returns,
         youden_threshold,
     )
-    from vla.pi0.steer import SteeredPi0Policy
-
     if tau != "auto" and not isinstance(tau, (int, float)):
         raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
     _check_counts("steer fit", steps=steps, seed=seed)
@@ -323,7 +322,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     torch.manual_seed(seed)  # before the heads are built: their initialization is part of the fit
     base, obs_spec = _flow_policy_and_spec(checkpoint)
     check_log_fits(data, base, obs_spec, ", ".join(f"'{p}'" for p in paths))
-    model = SteeredPi0Policy(base, cfg)
+    model = base.steered(cfg)
     rng = np.random.default_rng(seed)
     train_idx, val_idx = _episode_split(data["episode"], val_fraction, rng)
     fail_paths = [str(p) for p in fail_log] if fail_log else paths
@@ -412,8 +411,6 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, b
     from safetensors.torch import load_file
 
     from robo_rl.algorithms.rl2 import SteeringConfig
-    from vla.pi0.steer import SteeredPi0Policy
-
     meta_path = Path(steering_dir) / "steering.json"
     if not meta_path.is_file():
         raise ConfigError(f"'{steering_dir}' is not a steering directory (no steering.json); write one with 'robo-rl steer fit'")
@@ -431,7 +428,7 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, b
         cfg = dataclasses.replace(cfg, tau=tau)
     if beta is not None:
         cfg = dataclasses.replace(cfg, beta=beta)
-    model = SteeredPi0Policy(_flow_policy(checkpoint), cfg)
+    model = _flow_policy(checkpoint).steered(cfg)
     heads = Path(steering_dir) / "heads.safetensors"
     try:
         state = load_file(str(heads))

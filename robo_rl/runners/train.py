@@ -18,12 +18,12 @@ import yaml
 
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.affinity import check_cpus, pin_process
+from robo_rl.build import build_algorithm, build_env, build_policy, check_model_size
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.rollout.collector import Collector
+from robo_rl.run_config import TrainConfig
 from robo_rl.runlock import RunLock
-from robo_rl.runners.build import build_algorithm, build_env, build_policy
-from robo_rl.runners.config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy, save_video
 from robo_rl.runners.logger import MetricsLogger
 
@@ -166,7 +166,7 @@ class Trainer:
             meta = ckpt_io.read_meta(ckpt)  # validate before building anything heavy
             ckpt_io.require_trainer_state(ckpt)
             check_resume_config(cfg, meta, ckpt)
-            ckpt_io.check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
+            check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
         else:
             ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
@@ -249,7 +249,7 @@ class Trainer:
         else:
             self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
         if hasattr(self.algo, "set_teacher"):  # teacher-guided algorithms (RPD, OPD) get their teacher here
-            from robo_rl.runners.build import policy_from_checkpoint
+            from robo_rl.build import policy_from_checkpoint
 
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
             self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)

@@ -9,10 +9,10 @@ import torch
 import yaml
 
 from robo_rl import checkpoint as ckpt_io
+from robo_rl.build import build_policy
 from robo_rl.config import load, to_dict
 from robo_rl.contracts import ArraySpec
-from robo_rl.runners.build import build_policy
-from robo_rl.runners.config import TrainConfig
+from robo_rl.run_config import TrainConfig
 from tests.conftest import REPO
 
 JOINTS = [f"arm_joint{i}" for i in range(7)]

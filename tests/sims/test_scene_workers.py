@@ -103,7 +103,7 @@ def test_scene_worker_config_errors_name_the_key(need_maniskill):
 
 
 def test_num_env_overrides_keep_a_valid_scene_count():
-    from robo_rl.runners.build import with_num_envs
+    from robo_rl.build import with_num_envs
     from sims.maniskill.env import ManiSkillConfig
 
     cpu = ManiSkillConfig(num_envs=4, scene_workers=4, backend="cpu")

@@ -106,7 +106,7 @@ def test_rgb_observations_feed_the_cnn_policy(need_maniskill):
     import torch
 
     from policies.cnn import CNNActorCritic, CNNConfig
-    from robo_rl.rollout.buffer import obs_to_torch
+    from robo_rl.boundary import obs_to_torch
 
     env = _env(obs_mode="rgb", image_size=64, num_envs=1)
     try:

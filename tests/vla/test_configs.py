@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from robo_rl.config import load
-from robo_rl.runners.config import TrainConfig
+from robo_rl.run_config import TrainConfig
 from robo_rl.runners.dry_run import dry_run
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -251,6 +251,13 @@ class Pi0Policy(nn.Module):
         dev = self.action_mean.device
         return ids.to(dev), mask.to(dev)
 
+    def steered(self, cfg: Any) -> Any:
+        """This policy, frozen, with RL^2 steering heads (``robo_rl.contracts.Steerable``; ``cfg`` a
+        ``robo_rl.algorithms.rl2.SteeringConfig``)."""
+        from vla.pi0.steer import SteeredPi0Policy
+
+        return SteeredPi0Policy(self, cfg)
+
     def prefix(self, obs: dict[str, Any], prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[Prefix, torch.Tensor]:
         """(the VLM prefix, the normalized state (B, max_state_dim)) of a batch of observations;
         ``prompt`` (ids, mask) as ``act`` stored them (rollout buffers keep tensors, not strings)."""
