@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 
 from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.capabilities import Imitator
 from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 
@@ -86,7 +87,7 @@ class BC:
     def loss(self, obs: dict[str, Any], actions: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean NLL, mean entropy) of expert actions (B, A), or chunks (B, H, A) with ``valid`` (B, H),
         given obs (B, ...)."""
-        if hasattr(self.policy, "imitation_loss"):  # its own objective: a loss, or (loss, entropy)
+        if isinstance(self.policy, Imitator):  # its own objective: a loss, or (loss, entropy)
             out = self.policy.imitation_loss(obs, actions, valid)
             return out if isinstance(out, tuple) else (out, torch.zeros(()))
         extras = self.policy.extras_for_actions(obs, actions)

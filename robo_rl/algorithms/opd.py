@@ -21,6 +21,7 @@ import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.capabilities import TokenScorer, require
 from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.buffer import RolloutBatch
@@ -78,8 +79,7 @@ class OPD:
     """Runs on data-parallel learners: the differentiable student call goes through ``self.calls``."""
 
     def __init__(self, cfg: OPDConfig, policy: Any, generator: torch.Generator | None = None) -> None:
-        if not hasattr(policy, "token_log_probs"):
-            raise ConfigError(f"policy {type(policy).__name__} has no token_log_probs(); OPD needs per-token log-probs")
+        require(policy, TokenScorer, "policy", "OPD (per-token log-probs of the student)")
         self.cfg = cfg
         self.policy = policy
         self.calls: PolicyCalls = LocalCalls(policy)
@@ -93,8 +93,7 @@ class OPD:
         if tuple(teacher_action_shape) != tuple(student_action_shape):
             raise ConfigError(f"the teacher outputs actions of shape {tuple(teacher_action_shape)} but the student "
                               f"{tuple(student_action_shape)}; OPD needs the same action space")
-        if not hasattr(teacher, "token_log_probs") or not hasattr(teacher, "token_space"):
-            raise ConfigError(f"teacher {type(teacher).__name__} cannot score tokens (no token_log_probs/token_space)")
+        require(teacher, TokenScorer, "teacher", "OPD (the teacher scores the student's tokens)")
         ts, ss = teacher.token_space(), self.policy.token_space()
         diff = sorted(k for k in set(ts) | set(ss) if ts.get(k) != ss.get(k))
         if diff:

@@ -10,6 +10,7 @@ import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.capabilities import SeparateCritic
 from robo_rl.config import check_ranges, ranged
 from robo_rl.rollout.buffer import RolloutBatch
 
@@ -113,14 +114,14 @@ class PPO:
         self.optimizer = torch.optim.Adam(self._param_groups(cfg, policy), lr=cfg.lr, eps=1e-5)
         self.generator = generator
         self.updates = 0
-        value_ids = {id(p) for p in policy.value_parameters()} if hasattr(policy, "value_parameters") else None
+        value_ids = {id(p) for p in policy.value_parameters()} if isinstance(policy, SeparateCritic) else None
         self._actor_params = [p for p in policy.parameters() if value_ids is not None and id(p) not in value_ids]
 
     @staticmethod
     def _param_groups(cfg: PPOConfig, policy: Any) -> list[dict[str, Any]]:
         """Trainable parameters; the critic's in their own group when ``value_lr`` is set."""
         params = [p for p in policy.parameters() if p.requires_grad]
-        if cfg.value_lr is None or not hasattr(policy, "value_parameters"):
+        if cfg.value_lr is None or not isinstance(policy, SeparateCritic):
             return [{"params": params, "base_lr": cfg.lr}]
         value_ids = {id(p) for p in policy.value_parameters()}
         return [{"params": [p for p in params if id(p) not in value_ids], "base_lr": cfg.lr},

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from robo_rl.capabilities import ProgressAware, TeacherGuided
 from robo_rl.distributed.cluster import ClusterError
 from robo_rl.errors import CheckpointError, ConfigError
 
@@ -134,7 +135,7 @@ class LearnerWorker:
         self.module = wrap(self.policy, self.strategy, self.device)
         self.algo = build_algorithm(cfg.algo, self.policy, generator=torch.Generator().manual_seed(cfg.run.seed + 7919 * self.rank))
         self.algo.calls = DistributedCalls(self.module)
-        if hasattr(self.algo, "set_teacher"):
+        if isinstance(self.algo, TeacherGuided):
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
             self.algo.set_teacher(teacher.to(self.device), self.specs[1].shape, teacher_actions.shape)
         if algo_state is not None:
@@ -146,7 +147,7 @@ class LearnerWorker:
         """One algorithm update on this learner's shard (all learners at once)."""
         for name, value in buffers.items():
             self.policy.get_buffer(name).copy_(value)
-        if progress is not None and hasattr(self.algo, "set_progress"):
+        if progress is not None and isinstance(self.algo, ProgressAware):
             self.algo.set_progress(progress)
         self.policy.train()
         return self.algo.update(shard.to(self.device))

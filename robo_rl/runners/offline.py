@@ -16,6 +16,7 @@ import torch
 
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.build import build_algorithm, build_env, build_policy
+from robo_rl.capabilities import ActionStats, RunningNormalizer, StateStats
 from robo_rl.data.augment import random_shift
 from robo_rl.errors import ConfigError
 from robo_rl.run_config import TrainConfig
@@ -181,11 +182,11 @@ class OfflineTrainer:
             load_policy_weights(policy, rc.init_from)
         else:
             states = {k: torch.from_numpy(v) for k, v in train.obs.items() if k == "state"}
-            if hasattr(policy, "fit_state_stats") and states:  # fixed input statistics of the demonstrations
+            if isinstance(policy, StateStats) and states:  # fixed input statistics of the demonstrations
                 policy.fit_state_stats(states["state"])
-            elif hasattr(policy, "update_normalizer"):  # running input statistics, seeded by the demonstrations
+            elif isinstance(policy, RunningNormalizer):  # running input statistics, seeded by the demonstrations
                 policy.update_normalizer(states)
-            if hasattr(policy, "fit_action_stats"):  # output statistics (token bins, flow normalization)
+            if isinstance(policy, ActionStats):  # output statistics (token bins, flow normalization)
                 policy.fit_action_stats(train.step_actions, keep_last=ac.norm_mask == "all_but_last")
         algo = build_algorithm(ac, policy)
         n = train.actions.shape[0]

@@ -19,6 +19,7 @@ import yaml
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.affinity import check_cpus, pin_process
 from robo_rl.build import build_algorithm, build_env, build_policy, check_model_size
+from robo_rl.capabilities import ProgressAware, RunningNormalizer, TeacherGuided
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.rollout.collector import Collector
@@ -248,7 +249,7 @@ class Trainer:
             self.algo = RayLearners(cfg, self._ray.ray, self.policy, env.obs_spec, env.action_spec)
         else:
             self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
-        if hasattr(self.algo, "set_teacher"):  # teacher-guided algorithms (RPD, OPD) get their teacher here
+        if isinstance(self.algo, TeacherGuided):  # teacher-guided algorithms (RPD, OPD) get their teacher here
             from robo_rl.build import policy_from_checkpoint
 
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
@@ -268,7 +269,8 @@ class Trainer:
         metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard,
                                 keep_until_step=self.state.env_steps if self._resume_ckpt is not None else None)
         tobs = source.reset(seed=rc.seed + 1000 * st.iteration)
-        track_stats = hasattr(self.policy, "update_normalizer") and not rc.freeze_obs_stats
+        progress_aware = isinstance(self.algo, ProgressAware)
+        track_stats = isinstance(self.policy, RunningNormalizer) and not rc.freeze_obs_stats
         if st.iteration == 0 and track_stats:
             self.policy.update_normalizer(tobs)
         source.sync(self.policy)
@@ -289,7 +291,7 @@ class Trainer:
                 batch, steps = source.collect()
                 st.env_steps += steps
                 self.policy.train()
-                if hasattr(self.algo, "set_progress"):
+                if progress_aware:
                     self.algo.set_progress(st.env_steps / rc.total_env_steps)
                 losses = self.algo.update(batch)
                 if track_stats:

@@ -1,0 +1,96 @@
+"""Capabilities beyond ``act``/``evaluate``/``value`` (policies) and ``update`` (algorithms), as small
+named Protocols. An algorithm that needs one checks it once, when it is built, with ``require`` (a
+one-line error naming what is missing); loops test ``isinstance`` once, never ``hasattr`` per step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from robo_rl.contracts import Observation
+from robo_rl.errors import ConfigError
+
+
+@runtime_checkable
+class SeparateCritic(Protocol):
+    """A policy whose critic parameters can be told apart (own learning rate, actor-only clipping)."""
+
+    def value_parameters(self) -> Iterable[Any]:
+        """The critic's parameters (a subset of ``parameters()``)."""
+        ...
+
+
+@runtime_checkable
+class RunningNormalizer(Protocol):
+    """A policy normalizing its inputs with running statistics the trainer feeds."""
+
+    def update_normalizer(self, obs: Observation) -> None:
+        """Fold a batch of (torch) observations into the running input statistics."""
+        ...
+
+
+@runtime_checkable
+class StateStats(Protocol):
+    """A policy with fixed input statistics fitted to demonstrations (pi0: state mean/std)."""
+
+    def fit_state_stats(self, states: Any) -> None:
+        """``states`` (N, D): set the state normalization from them."""
+        ...
+
+
+@runtime_checkable
+class ActionStats(Protocol):
+    """A policy with fixed output statistics fitted to demonstrations (token bins, flow normalization)."""
+
+    def fit_action_stats(self, actions: Any, keep_last: bool = False) -> None:
+        """``actions`` (N, A); ``keep_last``: leave the last dimension (a gripper) unnormalized."""
+        ...
+
+
+@runtime_checkable
+class TokenScorer(Protocol):
+    """A policy that scores its own action tokens (or denoising transitions): on-policy distillation."""
+
+    def token_log_probs(self, obs: Observation, extras: dict[str, Any]) -> Any:
+        """(B, K) log-probabilities of the K tokens/transitions recorded in ``extras``."""
+        ...
+
+    def token_space(self) -> dict[str, Any]:
+        """What a token means (vocabulary, bins, chunk layout): teacher and student must agree."""
+        ...
+
+
+@runtime_checkable
+class Imitator(Protocol):
+    """A policy with its own imitation objective (flow matching, token cross-entropy)."""
+
+    def imitation_loss(self, obs: Observation, actions: Any, valid: Any = None) -> Any:
+        """Loss of expert actions (B, A) or chunks (B, H, A) with ``valid`` (B, H); or (loss, entropy)."""
+        ...
+
+
+@runtime_checkable
+class TeacherGuided(Protocol):
+    """An algorithm that learns from a teacher policy (RPD, OPD); the trainer hands the teacher over."""
+
+    def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...],
+                    teacher_action_shape: tuple[int, ...]) -> None: ...
+
+
+@runtime_checkable
+class ProgressAware(Protocol):
+    """An algorithm with schedules over the run (learning-rate decay, teacher weight annealing)."""
+
+    def set_progress(self, fraction_done: float) -> None:
+        """``fraction_done`` in [0, 1]: env steps so far / total."""
+        ...
+
+
+def require(obj: Any, capability: type, role: str, needed_by: str) -> None:
+    """One-line ConfigError unless ``obj`` has ``capability`` (e.g. role "policy", needed_by "OPD")."""
+    if not isinstance(obj, capability):
+        methods = [m for m in ("value_parameters", "update_normalizer", "fit_state_stats", "fit_action_stats",
+                               "token_log_probs", "token_space", "imitation_loss", "set_teacher", "set_progress")
+                   if hasattr(capability, m) and not hasattr(obj, m)]
+        raise ConfigError(f"{role} {type(obj).__name__} is not {capability.__name__} (no {', '.join(methods)}); "
+                          f"{needed_by} needs it")
