@@ -1,0 +1,205 @@
+"""`robo-rl eval | compare | curves`: evaluate a checkpoint (directly, on a benchmark or through ROS 2),
+compare evaluations, plot learning curves."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from robo_rl.errors import RoboRLError
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+
+    import torch
+
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.build import build_env, build_policy, with_num_envs
+    from robo_rl.config import apply_overrides, from_dict
+    from robo_rl.errors import CheckpointError, ConfigError
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.evaluate import evaluate_policy, save_video
+
+    ckpt_io.allow_large_models(args.allow_large)
+    if args.report or args.compare:
+        from robo_rl.eval.report import write_report
+
+        if not args.report:  # robo-rl eval --compare A.json B.json
+            if len(args.compare) != 2:
+                raise RoboRLError("--compare without --report takes two results files: --compare A.json B.json")
+            args.report, args.compare = args.compare[:1], args.compare[1:]
+        md = write_report(args.report, args.compare, args.report_out, html=args.html)
+        print(json.dumps({"report": str(md), **({"html": args.html} if args.html else {})}))
+        return 0
+    if args.html:
+        raise RoboRLError("--html writes the report of benchmark results: use it with --report RESULTS_JSON "
+                          "[--compare OTHER_JSON]")
+    if not args.checkpoint:
+        raise RoboRLError("robo-rl eval needs a CHECKPOINT (or --report RESULTS_JSON)")
+    if args.episodes < 1:
+        raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
+    bad = [o for o in args.overrides if not o.startswith(("env.", "policy."))]
+    if bad:
+        raise ConfigError(f"eval takes env.* and policy.* overrides (e.g. policy.noise_level=0, "
+                          f"env.variations.object_pose_jitter=0.05); got {', '.join(bad)}")
+    if args.overrides and (args.benchmark or args.via_ros):
+        raise ConfigError("eval overrides apply to the plain evaluation, not to --benchmark or --via-ros")
+    plain_only = [flag for flag, given in (("--stochastic", args.stochastic), ("--video", args.video),
+                                           ("--no-video", args.no_video)) if given]
+    if plain_only and args.benchmark:
+        raise ConfigError(f"{', '.join(plain_only)} apply to the plain evaluation; --benchmark evaluates greedy actions "
+                          "and records media with --media")
+    if args.video and not args.no_video:
+        from robo_rl.eval.plots import check_video_path
+
+        check_video_path(args.video)  # a bad name fails now, not after the episodes
+    torch.set_num_threads(1)
+    if args.benchmark:
+        from robo_rl.eval.benchmark import evaluate_benchmark
+
+        if not args.out:
+            raise RoboRLError("--benchmark needs --out RESULTS_JSON")
+        t0 = time.monotonic()
+        res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None,
+                                 args.seed, block=args.block, task=args.task, strengths=tuple(args.strengths),
+                                 media=args.media)
+        minutes = (time.monotonic() - t0) / 60
+        n_eps = sum(t["episodes"] for t in res["tasks"].values())
+        print(f"{args.benchmark}: {n_eps} episodes, {minutes:.2f} min in this call = {n_eps / max(minutes, 1e-9):.1f} "
+              "episodes/min (resumed blocks count as episodes but took no time)", file=sys.stderr)
+        print(json.dumps({"out": args.out, "aggregate": res["aggregate"],
+                          "tasks": {k: v["success_rate"] for k, v in res["tasks"].items()}}, indent=2))
+        return 0
+    if args.via_ros:
+        from real_robot.sim_eval import evaluate_over_ros
+
+        out_ros = evaluate_over_ros(args.checkpoint, args.via_ros, args.episodes, args.seed)
+        print(f"success {out_ros['success_rate']:.3f} (95% CI [{out_ros['ci95_low']:.3f}, {out_ros['ci95_high']:.3f}]) "
+              f"over {out_ros['episodes']} episodes via ROS 2", file=sys.stderr)
+        emit_eval(out_ros, args.out)
+        return 0
+    ckpt = ckpt_io.resolve(args.checkpoint)
+    meta = ckpt_io.read_meta(ckpt)
+    try:
+        cfg = from_dict(TrainConfig, meta["config"])
+    except (KeyError, ConfigError) as err:
+        raise CheckpointError(f"checkpoint '{ckpt}' carries an unusable config ({err})") from None
+    if args.overrides:  # a bad key or value is the override's fault: its own one-line error
+        cfg = from_dict(TrainConfig, apply_overrides(meta["config"], args.overrides))
+    from robo_rl.build import check_model_size
+
+    check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
+    env_cfg = cfg.env
+    if args.num_envs:
+        env_cfg = with_num_envs(env_cfg, args.num_envs)
+    env = build_env(env_cfg, render=not args.no_video)
+    try:
+        policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
+        ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
+        policy.eval()
+        if args.stochastic:  # the same --seed draws the same action noise: reproducible sampled evaluations
+            torch.manual_seed(args.seed)
+        res = evaluate_policy(env, policy, args.episodes, seed=args.seed, deterministic=not args.stochastic,
+                              record_video=not args.no_video)
+    finally:
+        env.close()
+    out = {"checkpoint": str(ckpt), "env_steps": meta.get("env_steps"), **res.as_dict()}
+    if not args.no_video:
+        video = Path(args.video) if args.video else ckpt.parent.parent / f"eval_{ckpt.name}.mp4"
+        try:
+            out["video"] = str(save_video(res, video))
+        except (OSError, ValueError) as err:  # the results are kept: written to --out, printed, then the error
+            emit_eval(out, args.out)
+            why = err.strerror if isinstance(err, OSError) else str(err).splitlines()[0]
+            raise RoboRLError(f"cannot write video '{video}' ({why}); the results above are complete; pass --video "
+                              "PATH.mp4 in a writable place") from None
+    lo, hi = res.ci95
+    print(f"success {res.success_rate:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) over {res.episodes} episodes", file=sys.stderr)
+    emit_eval(out, args.out)
+    return 0
+
+
+def emit_eval(result: dict, path: str | None) -> None:
+    """Print an evaluation's JSON and, with ``--out``, write it atomically (the file ``robo-rl compare`` reads)."""
+    text = json.dumps(result, indent=2)
+    print(text, flush=True)  # first: a failed write below never loses the results
+    if path:
+        from robo_rl.checkpoint import atomic_write_text
+
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(Path(path), text + "\n")
+        except OSError as err:
+            raise RoboRLError(f"cannot write '{path}' ({err.strerror}); the results are printed above; pass --out "
+                              "in a writable place") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two policies' evaluations on the same starts: the paired success difference and its CI."""
+    from robo_rl.eval.paired import compare
+
+    res = compare(args.a, args.b)
+    p = res["paired"]
+    print(f"A {res['a']['success_rate']:.3f} vs B {res['b']['success_rate']:.3f} over {res['episodes']} paired episodes: "
+          f"A - B {p['difference']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] (95% paired bootstrap; unpaired "
+          f"[{res['unpaired']['low']:+.3f}, {res['unpaired']['high']:+.3f}]); A only {p['a_only']}, B only "
+          f"{p['b_only']}, McNemar p = {p['mcnemar_p']:.3f}", file=sys.stderr)
+    for part, sub in res.get("by_offset", {}).items():
+        q = sub["paired"]
+        print(f"  {part}: A {sub['a']['success_rate']:.3f} vs B {sub['b']['success_rate']:.3f} over {sub['episodes']}: "
+              f"A - B {q['difference']:+.3f} [{q['low']:+.3f}, {q['high']:+.3f}], McNemar p = {q['mcnemar_p']:.3f}",
+              file=sys.stderr)
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+def cmd_curves(args: argparse.Namespace) -> int:
+    """Seed groups of runs compared: binned mean/min/max of a metric, a band plot, the final evaluations."""
+    from pathlib import Path
+
+    from robo_rl.eval.plots import curve_groups
+
+    if args.bin < 1:
+        raise RoboRLError(f"--bin {args.bin} must be >= 1 (env steps per bin)")
+    groups: dict[str, list[Path]] = {}
+    finals: dict[str, list[float]] = {}
+    for spec in args.group:
+        label, sep, dirs = spec.partition("=")
+        if not sep or not dirs:
+            raise RoboRLError(f"--group {spec!r}: use LABEL=RUN_DIR[,RUN_DIR...]")
+        for d in dirs.split(","):
+            csv_path = Path(d) / "metrics.csv"
+            if not csv_path.is_file():
+                raise RoboRLError(f"--group {label}: '{d}' has no metrics.csv; pass run directories made by 'robo-rl train'")
+            with open(csv_path, newline="") as fh:
+                columns = next(csv.reader(fh), [])
+            if args.metric not in columns:
+                raise RoboRLError(f"--metric {args.metric!r} is not a column of '{csv_path}'; its columns: "
+                                  f"{', '.join(c for c in columns if c != 'env_steps')}")
+            groups.setdefault(label, []).append(csv_path)
+            summary = Path(d) / "summary.json"
+            if summary.is_file():
+                final = json.loads(summary.read_text()).get("final_eval")
+                if final:
+                    finals.setdefault(label, []).append(final["success_rate"])
+    table = curve_groups(groups, Path(args.out), args.metric, args.bin)
+    steps = sorted({x for rows in table.values() for x, *_ in rows})
+    print(f"{args.metric} per {args.bin} env steps: seed mean [min, max]")
+    print(f"{'steps':>8} " + " ".join(f"{k:>22}" for k in table))
+    for x in steps:
+        cells = []
+        for rows in table.values():
+            hit = [r for r in rows if r[0] == x]
+            cells.append(f"{hit[0][1]:.2f} [{hit[0][2]:.2f}, {hit[0][3]:.2f}]" if hit else "-")
+        print(f"{x:>8} " + " ".join(f"{c:>22}" for c in cells))
+    for label, rows in table.items():
+        auc = sum(r[1] for r in rows) / max(1, len(rows))
+        fin = finals.get(label)
+        print(f"{label}: mean over the curve {auc:.3f}" + (f"; final evaluations {', '.join(f'{f:.2f}' for f in fin)} "
+                                                          f"(mean {sum(fin) / len(fin):.3f})" if fin else ""))
+    print(f"plot: {args.out}")
+    return 0
