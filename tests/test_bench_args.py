@@ -140,16 +140,16 @@ def test_output_problem(tmp_path, blocker):
 
 
 def test_write_json_creates_the_directory_and_writes_atomically(tmp_path, monkeypatch):
-    import robo_rl.checkpoint
+    import robo_rl.files
 
     calls = []
-    real = robo_rl.checkpoint.atomic_write_bytes
+    real = robo_rl.files.atomic_write_bytes
 
     def spy(path, data):
         calls.append(path)
         real(path, data)
 
-    monkeypatch.setattr(robo_rl.checkpoint, "atomic_write_bytes", spy)
+    monkeypatch.setattr(robo_rl.files, "atomic_write_bytes", spy)
     target = tmp_path / "not" / "yet" / "r.json"
     output.write_json(target, {"rows": [1, 2]})
     assert json.loads(target.read_text()) == {"rows": [1, 2]}

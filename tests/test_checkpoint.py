@@ -5,6 +5,7 @@ import torch
 
 from robo_rl import checkpoint as ck
 from robo_rl.errors import CheckpointError
+from robo_rl.files import atomic_write_text
 
 
 def _model(width=4):
@@ -83,7 +84,7 @@ def test_save_below_a_left_over_higher_step_keeps_the_new_one(tmp_path):
     root = tmp_path / "checkpoints"
     _save(root, 200, _model(), keep=1)
     _save(root, 300, _model(), keep=1)
-    ck.atomic_write_text(root / "latest", "step_0000000200\n")  # the crash: `latest` never moved
+    atomic_write_text(root / "latest", "step_0000000200\n")  # the crash: `latest` never moved
     _save(root, 250, _model(), keep=1)
     assert ck.resolve(tmp_path).name == "step_0000000250"
     assert ck.load_trainer_state(ck.resolve(tmp_path))["x"] == 250

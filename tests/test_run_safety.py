@@ -25,6 +25,7 @@ import torch
 from robo_rl import checkpoint as ck
 from robo_rl.build import check_model_size
 from robo_rl.errors import CheckpointError, RunDirError
+from robo_rl.files import json_depth, parse_json
 from robo_rl.runlock import RunLock
 from tests.conftest import REPO, run_cli
 
@@ -311,8 +312,8 @@ def test_deeply_nested_and_huge_meta_json_are_refused_fast(tmp_path):
 
 def test_strings_with_brackets_do_not_count_as_nesting():
     text = json.dumps({"a": "[[[[{{{{" * 100, "b": ['\\"[[[', [1, [2]]]}).encode()
-    assert ck.json_depth(text) == 4
-    assert ck.parse_json(text)["b"][1] == [1, [2]]
+    assert json_depth(text) == 4
+    assert parse_json(text)["b"][1] == [1, [2]]
 
 
 def test_a_huge_model_described_by_meta_is_refused_before_it_is_built(tmp_path):

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from robo_rl.checkpoint import atomic_write_text, output_problem
+from robo_rl.files import atomic_write_text, output_problem
 
 
 def _flag(name: str) -> str:

@@ -128,7 +128,7 @@ def emit_eval(result: dict, path: str | None) -> None:
     text = json.dumps(result, indent=2)
     print(text, flush=True)  # first: a failed write below never loses the results
     if path:
-        from robo_rl.checkpoint import atomic_write_text
+        from robo_rl.files import atomic_write_text
 
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

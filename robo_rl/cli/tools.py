@@ -55,7 +55,7 @@ def cmd_vla(args: argparse.Namespace) -> int:
 
     if args.action_dim < 1 or args.image_size < 32:
         raise RoboRLError("--action-dim must be >= 1 and --image-size >= 32")
-    from robo_rl.checkpoint import check_replaceable
+    from robo_rl.files import check_replaceable
     from vla.openvla.checkpoint import is_robo_rl_dir
 
     check_replaceable(Path(args.out), is_robo_rl_dir, "robo-rl OpenVLA checkpoint")  # before the slow build

@@ -64,7 +64,7 @@ def write_episodes(path: str | Path, episodes: list[Episode], meta: dict[str, An
     checks it first, so a file is written only if it can be read back; a failed write leaves no temp file."""
     import h5py
 
-    from robo_rl.checkpoint import atomic_path
+    from robo_rl.files import atomic_path
 
     path = Path(path)
     shapes: dict[str, tuple[int, ...]] = {}

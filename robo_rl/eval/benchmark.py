@@ -196,7 +196,7 @@ def _resumable(path: Path, header: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write(path: Path, results: dict[str, Any]) -> None:
-    from robo_rl.checkpoint import atomic_write_text
+    from robo_rl.files import atomic_write_text
 
     try:
         atomic_write_text(path, json.dumps(results, indent=1))

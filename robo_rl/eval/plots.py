@@ -19,7 +19,7 @@ def save_figure(fig: Any, out_png: Path, dpi: int = 100) -> None:
     renamed), creating the directory; close the figure. A readable failure names the path."""
     import matplotlib.pyplot as plt
 
-    from robo_rl.checkpoint import atomic_path
+    from robo_rl.files import atomic_path
 
     out_png = Path(out_png)
     try:
@@ -116,7 +116,7 @@ def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
     suffix picks the container (``check_video_path``)."""
     import imageio.v2 as imageio
 
-    from robo_rl.checkpoint import atomic_path
+    from robo_rl.files import atomic_path
 
     path = check_video_path(path)
     with atomic_path(path, path.suffix) as tmp, \

@@ -230,7 +230,7 @@ def write_report(results_paths: str | list[str], compare_paths: str | list[str] 
         section_lines, extra = _section(runs, labels, md.parent, stem)
         lines += section_lines
         sections.append({"runs": runs, "labels": labels, **extra})
-    from robo_rl.checkpoint import atomic_write_text
+    from robo_rl.files import atomic_write_text
 
     try:
         atomic_write_text(md, "\n".join(lines))

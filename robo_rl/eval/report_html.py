@@ -269,7 +269,7 @@ def render_html(title: str, sections: list[dict[str, Any]], page_dir: Path) -> s
 def write_html(path: Path, title: str, sections: list[dict[str, Any]]) -> Path:
     """Write the self-contained page atomically to ``path`` (creating its directory); a one-line error if
     it cannot be written."""
-    from robo_rl.checkpoint import atomic_write_text
+    from robo_rl.files import atomic_write_text
 
     path = Path(path)
     try:

@@ -29,10 +29,10 @@ def _steps(row: dict[str, str]) -> float:
 
 
 def _rewrite(path: Path, columns: tuple[str, ...], rows: list[dict[str, str]]) -> None:
-    """Replace ``path`` with ``rows`` atomically (``robo_rl.checkpoint.atomic_write_text``)."""
+    """Replace ``path`` with ``rows`` atomically (``robo_rl.files.atomic_write_text``)."""
     import io
 
-    from robo_rl.checkpoint import atomic_write_text
+    from robo_rl.files import atomic_write_text
 
     buf = io.StringIO(newline="")
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")

@@ -19,6 +19,7 @@ from robo_rl.build import build_algorithm, build_env, build_policy
 from robo_rl.capabilities import ActionStats, RunningNormalizer, StateStats
 from robo_rl.data.augment import random_shift
 from robo_rl.errors import ConfigError
+from robo_rl.files import atomic_write_text
 from robo_rl.run_config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy
 from robo_rl.runners.logger import OFFLINE_COLUMNS, MetricsLogger
@@ -129,7 +130,7 @@ class OfflineTrainer:
 
         from robo_rl.config import to_dict
 
-        ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
     def run(self) -> dict[str, Any]:
         cfg, rc = self.cfg, self.cfg.run
@@ -253,7 +254,7 @@ class OfflineTrainer:
             summary["best_val"] = {"step": best_val[1], "val_nll": best_val[0]}
         if rc.final_eval_episodes > 0:
             summary["final_eval"] = self._evaluate(policy, rc.final_eval_episodes, record=False).as_dict()
-        ckpt_io.atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         return summary
 
     @torch.no_grad()

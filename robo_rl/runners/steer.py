@@ -27,9 +27,9 @@ import torch
 
 from robo_rl.boundary import obs_to_torch, to_env_actions
 from robo_rl.build import build_env, policy_from_checkpoint, with_num_envs
-from robo_rl.checkpoint import atomic_path, check_replaceable, output_problem, replace_dir
 from robo_rl.contracts import Steerable
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
+from robo_rl.files import atomic_path, check_replaceable, output_problem, replace_dir
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from robo_rl.build import build_algorithm, build_env, build_policy, check_model_
 from robo_rl.capabilities import ProgressAware, RunningNormalizer, TeacherGuided
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
+from robo_rl.files import MAX_JSON_BYTES, atomic_write_text
 from robo_rl.rollout.collector import Collector
 from robo_rl.run_config import TrainConfig
 from robo_rl.runlock import RunLock
@@ -67,9 +68,9 @@ def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainC
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise CheckpointError(f"'{run_dir}' is not a run directory (no config.yaml); pass the directory 'robo-rl train' created")
-    if path.stat().st_size > ckpt_io.MAX_JSON_BYTES:
+    if path.stat().st_size > MAX_JSON_BYTES:
         raise CheckpointError(f"'{path}' is {path.stat().st_size // 2**20} MiB, more than the "
-                              f"{ckpt_io.MAX_JSON_BYTES // 2**20} MiB a run's config may have; it is not one "
+                              f"{MAX_JSON_BYTES // 2**20} MiB a run's config may have; it is not one "
                               "robo-rl wrote")
     return from_dict(TrainConfig, apply_overrides(read_yaml(path), overrides or []))
 
@@ -169,7 +170,7 @@ class Trainer:
             check_resume_config(cfg, meta, ckpt)
             check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
         else:
-            ckpt_io.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
     # -- setup ---------------------------------------------------------------------------------
     def _seed(self, seed: int) -> None:
@@ -262,7 +263,7 @@ class Trainer:
             self._restore(self._resume_ckpt)
             self._saved_step = self.state.env_steps
             if self._write_config:
-                ckpt_io.atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+                atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         elif rc.init_from:
             load_policy_weights(self.policy, rc.init_from)
         st = self.state
@@ -344,7 +345,7 @@ class Trainer:
             if rc.video:
                 path = save_video(final, self.run_dir / "final_policy.mp4")
                 summary["video"] = str(path) if path else None
-        ckpt_io.atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         return summary
 
     def _evaluate(self, episodes: int, record: bool) -> Any:

@@ -167,7 +167,7 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
     """Write ``policy.model`` (+ norm stats, tokenizer) as a robo-rl VLA directory, atomically."""
     from safetensors.torch import save_file
 
-    from robo_rl.checkpoint import check_replaceable, replace_dir
+    from robo_rl.files import check_replaceable, replace_dir
 
     path = Path(path)
     check_replaceable(path, is_robo_rl_dir, "robo-rl OpenVLA checkpoint")

@@ -239,7 +239,7 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
     into place (an existing robo-rl pi0 directory there is replaced; anything else is refused)."""
     from safetensors.torch import save_file
 
-    from robo_rl.checkpoint import check_replaceable, replace_dir
+    from robo_rl.files import check_replaceable, replace_dir
 
     path = Path(path)
     check_replaceable(path, lambda p: (p / META_FILE).is_file(), "robo-rl pi0 checkpoint")
