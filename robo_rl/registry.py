@@ -37,6 +37,11 @@ class Registry:
             self._entries[name] = f"<object {target!r}>"
             self._loaded[name] = target
 
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a no-op if it is not registered)."""
+        self._entries.pop(name, None)
+        self._loaded.pop(name, None)
+
     def _read_plugins(self) -> None:
         if self._plugins_read:
             return
