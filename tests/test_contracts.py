@@ -10,6 +10,9 @@ whoever adds one adds its contract test."""
 from __future__ import annotations
 
 import math
+import re
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from robo_rl.capabilities import TeacherGuided
 from robo_rl.contracts import Algorithm, Policy, StepResult, VecEnv
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 from robo_rl.rollout.collector import Collector
+from tests.conftest import REPO
 
 FAKE = "fake_reach"
 
@@ -98,7 +102,10 @@ def _fake_env(n: int = 2, image_size: int = 40):
 @pytest.mark.parametrize("name", POLICIES.names())
 def test_policy_contract_and_one_ppo_update(name):
     assert name in POLICY_PRESETS, f"policy {name!r} is registered but has no tiny preset in this test"
-    kwargs, image_size = POLICY_PRESETS[name]
+    _check_policy(name, *POLICY_PRESETS[name])
+
+
+def _check_policy(name: str, kwargs: dict, image_size: int) -> None:
     env = _fake_env(image_size=image_size)
     torch.manual_seed(0)
     policy = build_policy(POLICIES.get(name).Config(**kwargs), env.obs_spec, env.action_spec)
@@ -121,11 +128,15 @@ def test_policy_contract_and_one_ppo_update(name):
 @pytest.mark.parametrize("name", ALGORITHMS.names())
 def test_algorithm_contract_with_the_mlp_policy(name):
     assert name in ALGO_PRESETS, f"algorithm {name!r} is registered but has no tiny preset in this test"
+    _check_algorithm(name, ALGO_PRESETS[name])
+
+
+def _check_algorithm(name: str, kwargs: dict) -> None:
     env = _fake_env()
     torch.manual_seed(0)
     mlp = POLICIES.get("mlp").Config(hidden=(16,))
     policy = build_policy(mlp, env.obs_spec, env.action_spec)
-    algo = build_algorithm(ALGORITHMS.get(name).Config(**ALGO_PRESETS[name]), policy)
+    algo = build_algorithm(ALGORITHMS.get(name).Config(**kwargs), policy)
     assert isinstance(algo, Algorithm)
     if isinstance(algo, TeacherGuided):
         teacher = build_policy(mlp, env.obs_spec, env.action_spec)
@@ -142,3 +153,24 @@ def test_algorithm_contract_with_the_mlp_policy(name):
     assert losses and all(math.isfinite(v) for v in losses.values()), losses
     state = algo.state_dict()
     algo.load_state_dict(state)
+
+
+def _template(page: str, index: int) -> types.ModuleType:
+    """The ``index``-th python block of ``docs/extending/<page>``, run as a module of its own."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "extending" / page).read_text(), re.S)
+    mod = types.ModuleType(f"extending_{page.removesuffix('.md')}")
+    sys.modules[mod.__name__] = mod  # dataclasses look their module up
+    exec(compile(blocks[index], f"docs/extending/{page}", "exec"), mod.__dict__)
+    return mod
+
+
+def test_the_extending_templates_keep_the_contracts():
+    """The policy and algorithm a reader copies from the extending pages register and pass the same checks."""
+    POLICIES.register("linear", _template("policy.md", 1).LinearPolicy)
+    ALGORITHMS.register("entropy_floor", _template("algorithm.md", 1).EntropyFloor)
+    try:
+        _check_policy("linear", {}, 40)
+        _check_algorithm("entropy_floor", {"epochs": 1, "minibatches": 1})
+    finally:
+        POLICIES.unregister("linear")
+        ALGORITHMS.unregister("entropy_floor")
