@@ -349,7 +349,7 @@ class ManiSkillSingleEnv:
         return (self._obs(raw), *self._outcome(rew, term, trunc, info))
 
     def step_blind(self, action: np.ndarray) -> tuple[float, bool, bool, dict[str, Any]]:
-        """``step`` without rendering the cameras (``sims.vector.BlindStepEnv``): ManiSkill computes a
+        """``step`` without rendering the cameras (``sims.worker.BlindStepEnv``): ManiSkill computes a
         state-dict observation instead, below the rgb flattening wrapper, and the caller ``observe``s
         when it needs the images. With ``blind_chunk_steps`` off or in state mode: a plain step."""
         if self.cfg.obs_mode != "rgb" or not self.cfg.blind_chunk_steps:
@@ -478,7 +478,7 @@ class ManiSkillVecEnv(VecEnvWrapper):
 
 
 class ManiSkillBatchEnv:
-    """One ManiSkill scene batch of ``num_envs`` envs (``sims.vector.BatchEnv``), for a worker process.
+    """One ManiSkill scene batch of ``num_envs`` envs (``sims.worker.BatchEnv``), for a worker process.
 
     ``physx_cuda[:i]`` batches any number of envs on GPU i; ``physx_cpu`` allows one env per scene (it
     runs this same code path on machines without a GPU). No auto-reset: the worker resets finished rows
@@ -563,7 +563,7 @@ class ManiSkillBatchEnv:
 
 @dataclass(frozen=True)
 class _BatchFactory:
-    """Picklable factory of one batched-scene worker (``sims.vector.BatchEnvFactory``)."""
+    """Picklable factory of one batched-scene worker (``sims.worker.BatchEnvFactory``)."""
 
     cfg: ManiSkillConfig
     sim_backend: str

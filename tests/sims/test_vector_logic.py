@@ -135,7 +135,7 @@ def test_worker_whose_parent_is_gone_exits_quietly(capfd):
     """A worker started by a parent that then stopped (closed pipe) returns without a BrokenPipeError traceback."""
     import multiprocessing as mp
 
-    from sims.vector import _worker
+    from sims.worker import _worker
 
     parent, child = mp.Pipe()
     parent.close()
