@@ -42,13 +42,12 @@ def check_fit(robot: RobotConfig, obs_spec: dict[str, list[int]], action_shape: 
 
 def load_for_robot(checkpoint: str, robot: RobotConfig) -> tuple[Any, int | None]:
     """(policy in eval mode, the state length it takes or None) after checking it fits ``robot``."""
-    from robo_rl import checkpoint as ckpt_io
-    from robo_rl.build import policy_from_checkpoint
+    from robo_rl.build import load_run, policy_from_checkpoint
 
-    meta = ckpt_io.read_meta(ckpt_io.resolve(checkpoint))
-    obs_spec = meta.get("obs_spec", {})
-    check_fit(robot, obs_spec, meta.get("action_spec", {}).get("shape", [0]))
-    policy, _, _ = policy_from_checkpoint(checkpoint)
+    run = load_run(checkpoint)
+    obs_spec = run.meta.get("obs_spec", {})
+    check_fit(robot, obs_spec, run.meta.get("action_spec", {}).get("shape", [0]))
+    policy, _, _ = policy_from_checkpoint(run)
     state = obs_spec.get("state")
     return policy, (int(state[-1]) if state else None)
 

@@ -20,11 +20,10 @@ from robo_rl.errors import ConfigError, RoboRLError
 def evaluate_over_ros(checkpoint: str, robot_path: str, episodes: int, seed: int, timeout: float = 3600) -> dict[str, Any]:
     from real_robot.deploy import build
     from real_robot.node import PolicyNode
-    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.build import load_run
     from robo_rl.eval.metrics import wilson_interval
 
-    meta = ckpt_io.read_meta(ckpt_io.resolve(checkpoint))
-    env_cfg = meta["config"]["env"]
+    env_cfg = load_run(checkpoint).meta["config"]["env"]
     if env_cfg.get("name") != "maniskill":
         raise ConfigError(f"evaluation over ROS 2 drives the simulated ManiSkill robot; this run used env {env_cfg.get('name')!r}")
     domain = random_domain()

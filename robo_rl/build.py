@@ -4,6 +4,8 @@ before building it."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,21 +42,43 @@ def build_algorithm(algo_cfg: Any, policy: Any, generator: torch.Generator | Non
     return ALGORITHMS.get(algo_cfg.name)(algo_cfg, policy, generator=generator)
 
 
-def policy_from_checkpoint(path: str) -> tuple[Any, dict[str, ArraySpec], ArraySpec]:
-    """(policy in eval mode, its obs spec, its action spec) from a run directory or checkpoint: the
-    policy is rebuilt from the config and spaces the checkpoint recorded, then its weights loaded."""
-    from robo_rl import checkpoint as ckpt_io
+@dataclass(frozen=True)
+class LoadedRun:
+    """What a checkpoint recorded, read and checked once: ``ckpt`` (the step directory), ``meta`` (its
+    meta.json), ``config`` (the run's TrainConfig) and the spaces the policy was built for."""
+
+    ckpt: Path
+    meta: dict[str, Any]
+    config: Any
+    obs_spec: dict[str, ArraySpec]
+    action_spec: ArraySpec
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """The checkpoint a run directory (its latest) or a ``checkpoints/step_*`` directory names, with its
+    config parsed; one-line errors for a missing path, a bad meta.json or an unusable config."""
     from robo_rl.config import from_dict
+    from robo_rl.errors import ConfigError
     from robo_rl.run_config import TrainConfig
 
     ckpt = ckpt_io.resolve(path)
     meta = ckpt_io.read_meta(ckpt)
-    cfg = from_dict(TrainConfig, meta["config"])
-    obs_spec, action_spec = ckpt_io.specs_from_meta(meta, ckpt)
-    check_model_size(cfg.policy, obs_spec, action_spec, f"checkpoint '{ckpt}'")
-    policy = build_policy(cfg.policy, obs_spec, action_spec)
-    ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
-    return policy.eval(), obs_spec, action_spec
+    try:
+        cfg = from_dict(TrainConfig, meta["config"])
+    except (KeyError, ConfigError) as err:
+        raise CheckpointError(f"checkpoint '{ckpt}' carries an unusable config ({err})") from None
+    return LoadedRun(ckpt, meta, cfg, *ckpt_io.specs_from_meta(meta, ckpt))
+
+
+def policy_from_checkpoint(path: str | LoadedRun) -> tuple[Any, dict[str, ArraySpec], ArraySpec]:
+    """(policy in eval mode, its obs spec, its action spec) from a run directory or checkpoint (or a run
+    already loaded): the policy is rebuilt from the config and spaces the checkpoint recorded, then its
+    weights loaded."""
+    run = path if isinstance(path, LoadedRun) else load_run(path)
+    check_model_size(run.config.policy, run.obs_spec, run.action_spec, f"checkpoint '{run.ckpt}'")
+    policy = build_policy(run.config.policy, run.obs_spec, run.action_spec)
+    ckpt_io.load_into(policy, ckpt_io.load_model_state(run.ckpt), run.ckpt)
+    return policy.eval(), run.obs_spec, run.action_spec
 
 
 def estimate_parameters(policy_cfg: Any, obs_spec: dict[str, Any], action_spec: Any) -> int | None:

@@ -226,7 +226,8 @@ def test_a_maniskill_policy_on_a_libero_suite_is_refused_before_the_policy_loads
         task_env_configs(get_benchmark("libero-object"), ManiSkillConfig(), None)
     cfg = to_dict(load(TrainConfig, str(REPO / "configs" / "quickstart.yaml")))
     monkeypatch.setattr(ckpt_io, "resolve", lambda c: tmp_path)
-    monkeypatch.setattr(ckpt_io, "read_meta", lambda c: {"config": cfg})
+    monkeypatch.setattr(ckpt_io, "read_meta", lambda c: {"config": cfg, "obs_spec": {"state": [25]},
+                                                      "action_spec": {"shape": [8], "low": -1.0, "high": 1.0}})
 
     def no_load(*a, **k):
         raise AssertionError("the policy was loaded")

@@ -20,7 +20,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.build import build_env, build_policy, with_num_envs
     from robo_rl.config import apply_overrides, from_dict
-    from robo_rl.errors import CheckpointError, ConfigError
+    from robo_rl.errors import ConfigError
     from robo_rl.run_config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
@@ -82,17 +82,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
               f"over {out_ros['episodes']} episodes via ROS 2", file=sys.stderr)
         emit_eval(out_ros, args.out)
         return 0
-    ckpt = ckpt_io.resolve(args.checkpoint)
-    meta = ckpt_io.read_meta(ckpt)
-    try:
-        cfg = from_dict(TrainConfig, meta["config"])
-    except (KeyError, ConfigError) as err:
-        raise CheckpointError(f"checkpoint '{ckpt}' carries an unusable config ({err})") from None
-    if args.overrides:  # a bad key or value is the override's fault: its own one-line error
-        cfg = from_dict(TrainConfig, apply_overrides(meta["config"], args.overrides))
-    from robo_rl.build import check_model_size
+    from robo_rl.build import check_model_size, load_run
 
-    check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
+    run = load_run(args.checkpoint)
+    ckpt, cfg = run.ckpt, run.config
+    if args.overrides:  # a bad key or value is the override's fault: its own one-line error
+        cfg = from_dict(TrainConfig, apply_overrides(run.meta["config"], args.overrides))
+    check_model_size(cfg.policy, run.obs_spec, run.action_spec, f"checkpoint '{ckpt}'")
     env_cfg = cfg.env
     if args.num_envs:
         env_cfg = with_num_envs(env_cfg, args.num_envs)
@@ -107,7 +103,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                               record_video=not args.no_video)
     finally:
         env.close()
-    out = {"checkpoint": str(ckpt), "env_steps": meta.get("env_steps"), **res.as_dict()}
+    out = {"checkpoint": str(ckpt), "env_steps": run.meta.get("env_steps"), **res.as_dict()}
     if not args.no_video:
         video = Path(args.video) if args.video else ckpt.parent.parent / f"eval_{ckpt.name}.mp4"
         try:

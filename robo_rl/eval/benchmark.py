@@ -213,11 +213,8 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     (``random`` or ``expert``, see ``robo_rl.eval.reference``; ``task`` picks the ManiSkill task).
     ``strengths``: multiples of the split's variations to sweep; ``media``: thumbnails and videos of a few
     episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert)."""
-    from robo_rl import checkpoint as ckpt_io
-    from robo_rl.build import build_env, policy_from_checkpoint
-    from robo_rl.config import from_dict
+    from robo_rl.build import build_env, load_run, policy_from_checkpoint
     from robo_rl.eval.stats import aggregate, success_ci
-    from robo_rl.run_config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy
 
     bench = get_benchmark(name)
@@ -231,9 +228,9 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     else:
         if task is not None:
             raise ConfigError("--task is for reference policies (random, expert); a checkpoint evaluates its own task")
-        ckpt = ckpt_io.resolve(checkpoint)
-        label = str(ckpt)
-        train_env = from_dict(TrainConfig, ckpt_io.read_meta(ckpt)["config"]).env
+        run = load_run(checkpoint)
+        label = str(run.ckpt)
+        train_env = run.config.env
     envs = task_env_configs(bench, train_env, num_envs, tuple(strengths))  # refuses another simulator's policy
     if reference and task is not None and bench.sim == "libero":  # --task SUITE/INDEX: that task of the suite
         if task not in envs:
@@ -241,7 +238,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
                               f"0..{len(envs) - 1}, or omit --task for all of them")
         envs = {task: envs[task]}
     if not reference:
-        policy, obs_spec, _ = policy_from_checkpoint(str(ckpt))
+        policy, obs_spec, _ = policy_from_checkpoint(run)
         if bench.needs_rgb and "rgb" not in obs_spec:
             raise ConfigError(f"benchmark {name!r} varies {bench.varies}, but the policy observes only "
                               f"{', '.join(sorted(obs_spec))}: evaluate it on a split a state policy can feel")
