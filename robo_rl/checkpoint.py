@@ -21,7 +21,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from robo_rl.errors import CheckpointError, RoboRLError
@@ -35,6 +34,8 @@ from robo_rl.files import (
     read_json,
 )
 from robo_rl.runlock import pid_alive
+from robo_rl.safe_load import load_legacy_trainer
+from robo_rl.state_codec import decode_state, encode_state, is_size
 
 log = logging.getLogger(__name__)
 
@@ -212,91 +213,6 @@ def _write_checkpoint_dir(tmp: Path, model_state: dict[str, torch.Tensor], train
 
 # --- trainer state: safetensors tensors + JSON, no pickle --------------------------------------------------
 
-_TAGS = ("$tensor", "$ndarray", "$tuple", "$dict")
-_NDARRAY_DTYPE = re.compile(r"[<>|=]?[biufc]\d{1,2}")
-
-
-def encode_state(obj: Any, tensors: dict[str, torch.Tensor], where: str = "state") -> Any:
-    """``obj`` (nested dicts, lists, tuples, tensors, numpy arrays, numbers, strings, None) as JSON, every
-    tensor/array moved into ``tensors`` under a generated name. Tuples, dicts with keys other than
-    strings (or strings starting with "$") and arrays are tagged objects; other types are a ``TypeError``."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, torch.Tensor):
-        name = f"t{len(tensors)}"
-        tensors[name] = obj
-        return {"$tensor": name}
-    if isinstance(obj, np.ndarray):
-        if not _NDARRAY_DTYPE.fullmatch(obj.dtype.str):
-            raise TypeError(f"trainer state {where} is a numpy array of dtype {obj.dtype}; only numeric "
-                            "arrays are stored")
-        name = f"t{len(tensors)}"
-        tensors[name] = torch.frombuffer(bytearray(np.ascontiguousarray(obj).tobytes()), dtype=torch.uint8)
-        return {"$ndarray": name, "dtype": obj.dtype.str, "shape": list(obj.shape)}
-    if isinstance(obj, (list, tuple)):
-        items = [encode_state(v, tensors, f"{where}[{i}]") for i, v in enumerate(obj)]
-        return {"$tuple": items} if isinstance(obj, tuple) else items
-    if isinstance(obj, dict):
-        if all(isinstance(k, str) and not k.startswith("$") for k in obj):
-            return {k: encode_state(v, tensors, f"{where}.{k}") for k, v in obj.items()}
-        return {"$dict": [[encode_state(k, tensors, f"{where} key"),
-                           encode_state(v, tensors, f"{where}[{k!r}]")] for k, v in obj.items()]}
-    raise TypeError(f"trainer state {where} is a {type(obj).__name__}, which a checkpoint cannot store "
-                    "(tensors, numpy arrays, numbers, strings, None, lists, tuples and dicts)")
-
-
-def decode_state(obj: Any, tensors: dict[str, torch.Tensor], where: str = "state") -> Any:
-    """The inverse of :func:`encode_state`; ``ValueError`` naming ``where`` for anything it never writes."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, list):
-        return [decode_state(v, tensors, f"{where}[{i}]") for i, v in enumerate(obj)]
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where} is a {type(obj).__name__}")
-    tags = [k for k in obj if k.startswith("$")]
-    if not tags:
-        return {k: decode_state(v, tensors, f"{where}.{k}") for k, v in obj.items()}
-    if len(tags) != 1 or tags[0] not in _TAGS:
-        raise ValueError(f"{where} has the unknown tag(s) {tags}; expected one of {list(_TAGS)}")
-    return _decode_tagged(tags[0], obj, tensors, where)
-
-
-def _decode_tagged(tag: str, obj: dict[str, Any], tensors: dict[str, torch.Tensor], where: str) -> Any:
-    value = obj[tag]
-    if tag == "$tuple" and isinstance(value, list):
-        return tuple(decode_state(v, tensors, f"{where}[{i}]") for i, v in enumerate(value))
-    if tag == "$dict" and isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
-        out = {}
-        for k, v in value:
-            key = decode_state(k, tensors, f"{where} key")
-            if not isinstance(key, (str, int, float, bool, tuple)) and key is not None:
-                raise ValueError(f"{where} has a {type(key).__name__} as a key")
-            out[key] = decode_state(v, tensors, f"{where}[{key!r}]")
-        return out
-    if tag in ("$tensor", "$ndarray") and isinstance(value, str) and value in tensors:
-        return tensors[value] if tag == "$tensor" else _decode_ndarray(obj, tensors[value], where)
-    raise ValueError(f"{where} is a malformed {tag} entry (or names a tensor trainer.safetensors lacks)")
-
-
-def _is_size(n: Any) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31
-
-
-def _decode_ndarray(obj: dict[str, Any], raw: torch.Tensor, where: str) -> np.ndarray:
-    dtype, shape = obj.get("dtype"), obj.get("shape")
-    if not isinstance(dtype, str) or not _NDARRAY_DTYPE.fullmatch(dtype):
-        raise ValueError(f"{where} has the array dtype {dtype!r}; expected a numeric one such as '<u4'")
-    if not isinstance(shape, list) or not all(_is_size(n) for n in shape):
-        raise ValueError(f"{where} has the array shape {shape!r}; expected a list of sizes")
-    dt = np.dtype(dtype)
-    expected = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    if raw.dtype != torch.uint8 or raw.dim() != 1 or raw.numel() != expected:
-        raise ValueError(f"{where} holds {raw.numel()} bytes, not a {dtype} array of shape {shape}")
-    return np.frombuffer(raw.numpy().tobytes(), dtype=dt).reshape(shape).copy()
-
-
 def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:
     """Write ``state`` as ``trainer.safetensors`` (its tensors and arrays) + ``trainer.json`` (the rest)
     into ``directory``, each file atomically, the JSON last."""
@@ -347,50 +263,6 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
 
 # --- converting trainer.pt of older runs ---------------------------------------------------------------
 
-def _legacy_globals() -> list[Any]:
-    """The non-torch types older robo-rl pickled into trainer.pt: numpy arrays (numpy's RNG state) and
-    their dtypes, under the module names numpy 1 and 2 pickle them with."""
-    try:
-        from numpy._core.multiarray import _reconstruct  # type: ignore[attr-defined]
-    except ImportError:  # numpy 1
-        from numpy.core.multiarray import _reconstruct
-    out: list[Any] = [np.ndarray, np.dtype]
-    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
-        out.append((_reconstruct, f"{module}._reconstruct"))
-    dtypes = getattr(np, "dtypes", None)
-    for kind in ("UInt8", "UInt32", "Int32", "Int64", "UInt64", "Float32", "Float64", "Bool"):
-        cls = getattr(dtypes, f"{kind}DType", None)
-        if cls is not None:
-            out.append(cls)
-    return out
-
-
-def safe_torch_load(file: str | os.PathLike[str]) -> Any:
-    """``torch.load(weights_only=True)`` of a file of tensors, numpy arrays and plain containers (an older
-    trainer.pt, LIBERO's init-state files): only :func:`_legacy_globals` are allowed beyond torch's own, so
-    a pickle naming any other global raises ``pickle.UnpicklingError`` before that global is called."""
-    with torch.serialization.safe_globals(_legacy_globals()):
-        return torch.load(file, map_location="cpu", weights_only=True)
-
-
-def _load_legacy(file: Path) -> Any:
-    """:func:`safe_torch_load` of an older trainer.pt with one-line errors."""
-    import pickle
-
-    try:
-        return safe_torch_load(file)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"(?:GLOBAL|global) ([\w.]+)", str(err))
-        what = f"an object of {found.group(1)!r}" if found else "an object"
-        raise CheckpointError(f"'{file}' holds {what}, not one of the types robo-rl writes into trainer "
-                              "state (tensors, numpy arrays, numbers, strings, lists, dicts); it was not "
-                              "converted and nothing in it ran; delete this checkpoint or resume from another"
-                              ) from None
-    except Exception as err:  # a truncated or foreign file: torch raises many types
-        raise CheckpointError(f"'{file}' is not a readable trainer.pt ({type(err).__name__}: {first_line(err)}); "
-                              "it was not converted") from None
-
-
 def checkpoint_dirs(path: Path) -> list[Path]:
     """The checkpoint directories of a run directory (``checkpoints/step_*`` and moved-aside copies), or
     ``[path]`` for a checkpoint directory itself."""
@@ -416,7 +288,7 @@ def upgrade(path: str | Path) -> dict[str, list[str]]:
         if (ckpt / TRAINER_JSON).is_file() or not legacy.is_file():
             done["already_upgraded"].append(str(ckpt))
             continue
-        state = _load_legacy(legacy)
+        state = load_legacy_trainer(legacy)
         if not isinstance(state, dict):
             raise CheckpointError(f"'{legacy}' holds a {type(state).__name__}, not the dict robo-rl writes; "
                                   "it was not converted")
@@ -562,7 +434,7 @@ def specs_from_meta(meta: dict[str, Any], ckpt: Path) -> tuple[dict[str, Any], A
     from robo_rl.contracts import ArraySpec
 
     def shape(value: Any, key: str) -> tuple[int, ...]:
-        if not isinstance(value, list) or len(value) > 8 or not all(_is_size(n) for n in value):
+        if not isinstance(value, list) or len(value) > 8 or not all(is_size(n) for n in value):
             raise CheckpointError(f"checkpoint '{ckpt}' meta.json {key} is {str(value)[:60]}; expected a "
                                   "list of at most 8 sizes, as robo-rl writes it")
         return tuple(value)

@@ -27,6 +27,7 @@ from robo_rl.build import check_model_size
 from robo_rl.errors import CheckpointError, RunDirError
 from robo_rl.files import json_depth, parse_json
 from robo_rl.runlock import RunLock
+from robo_rl.safe_load import safe_torch_load
 from tests.conftest import REPO, run_cli
 
 
@@ -180,7 +181,7 @@ def test_libero_init_states_load_with_the_allowlist():
     files = sorted(Path(spec.submodule_search_locations[0]).glob("libero/init_files/*/*.pruned_init"))
     if not files:
         pytest.skip("no LIBERO init files installed")
-    states = ck.safe_torch_load(files[0])
+    states = safe_torch_load(files[0])
     assert isinstance(states, np.ndarray) and states.dtype == np.float64 and states.ndim == 2
 
 

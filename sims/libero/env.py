@@ -119,7 +119,7 @@ class LiberoSingleEnv:
         self.max_steps = cfg.max_episode_steps or MAX_STEPS[cfg.suite]
         from libero.libero.envs import OffScreenRenderEnv
 
-        from robo_rl.checkpoint import safe_torch_load
+        from robo_rl.safe_load import safe_torch_load
 
         # tensors and numpy arrays only: a pickle naming any other global is refused before it runs
         self.init_states = safe_torch_load(self.task.init_states_file)
