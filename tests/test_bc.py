@@ -42,7 +42,7 @@ def bc_config(demos, tmp_path) -> str:
 
 
 def test_bc_then_ppo_from_it(bc_config, tmp_path, need_maniskill):
-    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft")
+    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["gradient_steps"] > 5 and Path(summary["checkpoint"], "model.safetensors").is_file()
@@ -50,7 +50,7 @@ def test_bc_then_ppo_from_it(bc_config, tmp_path, need_maniskill):
     nll = [float(r["loss/nll"]) for r in rows]
     assert nll[-1] < nll[0] and rows[-1]["loss/val_nll"] != ""
     assert summary["final_eval"]["episodes"] == 1
-    proc = run_cli("train", "configs/quickstart.yaml", "env.task=PickCube-v1", "env.num_envs=2",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", "env.task=PickCube-v1", "env.num_envs=2",
                    "env.control_mode=pd_joint_pos", "env.max_episode_steps=20", "policy.hidden=[64,64]",
                    "run.total_env_steps=32", "run.rollout_steps=16", "run.eval_every_steps=0", "run.final_eval_episodes=0",
                    "run.progress=false", "run.video=false", f"run.init_from={tmp_path / 'sft'}",
@@ -58,7 +58,7 @@ def test_bc_then_ppo_from_it(bc_config, tmp_path, need_maniskill):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "policy initialised from" in proc.stderr
     # the input statistics the SFT'd weights were fit to: updated by rollouts unless run.freeze_obs_stats
-    proc = run_cli("train", str(tmp_path / "ppo" / "config.yaml"), "run.name=ppo_frozen", "run.freeze_obs_stats=true")
+    proc = run_cli("train", "--json", str(tmp_path / "ppo" / "config.yaml"), "run.name=ppo_frozen", "run.freeze_obs_stats=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = {name: _obs_stats(tmp_path / name) for name in ("sft", "ppo", "ppo_frozen")}
     assert stats["ppo"]["obs_norm.count"] > stats["sft"]["obs_norm.count"]
@@ -73,11 +73,11 @@ def _obs_stats(run_dir: Path) -> dict:
 
 
 def test_bc_control_mode_mismatch_is_one_line(bc_config, tmp_path, need_maniskill):
-    proc = run_cli("train", bc_config, "env.control_mode=pd_joint_delta_pos", f"run.out_dir={tmp_path}")
+    proc = run_cli("train", "--json", bc_config, "env.control_mode=pd_joint_delta_pos", f"run.out_dir={tmp_path}")
     assert proc.returncode == 2
     assert "robo-rl: error: the demonstrations' actions are 'pd_joint_pos' but env.control_mode is 'pd_joint_delta_pos'" in proc.stderr
     # demos of the task's own robot, trained on the wrist-camera Panda: the other cameras, refused
-    proc = run_cli("train", bc_config, "env.extra={robot_uids: panda_wristcam}", f"run.out_dir={tmp_path}")
+    proc = run_cli("train", "--json", bc_config, "env.extra={robot_uids: panda_wristcam}", f"run.out_dir={tmp_path}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert ("robo-rl: error: the demonstrations were recorded with robot the task default but env.extra.robot_uids "
             "is panda_wristcam; remove env.extra.robot_uids") in proc.stderr
@@ -86,7 +86,7 @@ def test_bc_control_mode_mismatch_is_one_line(bc_config, tmp_path, need_maniskil
 def test_eval_over_ros2_matches_direct_eval(bc_config, tmp_path, need_maniskill):
     """The same checkpoint evaluated in sim and through the ROS 2 bridge against the simulated robot
     process: one episode from the same seed, same success and (deterministic sim) the same return."""
-    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=bc", "run.final_eval_episodes=0")
+    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=bc", "run.final_eval_episodes=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "bc"
     direct = run_cli("eval", str(run), "--episodes", "1", "--num-envs", "1", "--seed", "7", "--no-video",
@@ -142,13 +142,13 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     common = ["env.obs_mode=rgb", "env.image_size=32", "env.num_envs=2", "env.max_episode_steps=12",
               "policy.arch=tiny", "policy.exec_steps=3", "policy.max_prompt_tokens=64", f"run.out_dir={tmp_path}",
               "run.progress=false", "run.video=false", "run.eval_num_envs=2"]
-    proc = run_cli("train", "configs/pi0_small_sft_pickcube.yaml", *common, f"algo.dataset={rgb_demos}",
+    proc = run_cli("train", "--json", "configs/pi0_small_sft_pickcube.yaml", *common, f"algo.dataset={rgb_demos}",
                    "algo.epochs=1", "algo.batch_size=16", "algo.log_every=2", "algo.image_shift=2", "run.max_minutes=null",
                    "run.final_eval_episodes=2", "run.name=sft")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["gradient_steps"] >= 4 and summary["final_eval"]["episodes"] == 2
-    proc = run_cli("train", "configs/pi0_small_ppo_pickcube.yaml", *common, "run.total_env_steps=48",
+    proc = run_cli("train", "--json", "configs/pi0_small_ppo_pickcube.yaml", *common, "run.total_env_steps=48",
                    "run.rollout_steps=4", "run.final_eval_episodes=0", "run.eval_every_steps=0",
                    f"run.init_from={tmp_path / 'sft'}", "run.name=ppo")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -234,7 +234,7 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
 
 
 def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need_maniskill):
-    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.keep_best_val=true",
+    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.keep_best_val=true",
                    "algo.epochs=6", "algo.log_every=2", "run.final_eval_episodes=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
@@ -249,20 +249,20 @@ def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need
 
 def test_eval_every_does_not_wait_for_log_every_and_an_empty_train_split_is_one_line(bc_config, tmp_path,
                                                                                       need_maniskill):
-    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.epochs=4", "algo.log_every=1000",
+    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.epochs=4", "algo.log_every=1000",
                    "algo.eval_every=2", "run.eval_episodes=1", "run.final_eval_episodes=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader(open(tmp_path / "sft" / "metrics.csv")))
     evals = [int(r["iteration"]) for r in rows if r["eval/success_rate"]]
     steps = json.loads(proc.stdout)["gradient_steps"]
     assert evals == list(range(2, steps + 1, 2)) and steps >= 4
-    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft2", "algo.val_fraction=0.9")
+    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft2", "algo.val_fraction=0.9")
     assert proc.returncode == 2 and "leaves no training episode of the 3" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
 
 def test_image_shift_on_state_observations_is_one_line(bc_config, tmp_path, need_maniskill):
-    proc = run_cli("train", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.image_shift=4")
+    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.image_shift=4")
     assert proc.returncode == 2 and "algo.image_shift" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "sft").exists()
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.maniskill
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    proc = run_cli("train", "configs/quickstart.yaml", "env.num_envs=2", "policy.hidden=[32,32]", "run.total_env_steps=64",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", "env.num_envs=2", "policy.hidden=[32,32]", "run.total_env_steps=64",
                    "run.rollout_steps=16", "run.eval_every_steps=0", "run.final_eval_episodes=0", "run.progress=false",
                    "run.video=false", f"run.out_dir={out}", "run.name=policy")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -157,16 +157,16 @@ def test_ddp_learners_survive_a_killed_learner(need_maniskill, cluster, tmp_path
 
 
 def test_bad_cluster_requests_fail_before_the_run_starts(need_maniskill, cluster, tmp_path):
-    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
                    "cluster.address=127.0.0.1:1", "cluster.connect_timeout_s=2")
     assert proc.returncode == 2 and "cannot reach the Ray head at 127.0.0.1:1" in proc.stderr, proc.stderr[-1500:]
-    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
                    f"cluster.address={cluster}", "cluster.num_workers=3")
     assert proc.returncode == 2 and "need 3 CPUs" in proc.stderr and "has 2 CPUs" in proc.stderr, proc.stderr[-1500:]
-    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
                    "env.num_envs=2", f"cluster.address={cluster}", "cluster.num_workers=3")
     assert proc.returncode == 2 and "more than env.num_envs=2" in proc.stderr
-    proc = run_cli("train", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", *FAST, f"run.out_dir={tmp_path}", "run.name=x",
                    "cluster.address=nowhere")
     assert proc.returncode == 2 and "use auto, local or HOST:PORT" in proc.stderr
     assert not (tmp_path / "x").exists()  # nothing started

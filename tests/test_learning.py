@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
 
 def test_quickstart_pushcube_learns(tmp_path, need_maniskill):
-    proc = run_cli("train", "configs/quickstart.yaml", "run.max_minutes=15", "run.progress=false", "run.video=false",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", "run.max_minutes=15", "run.progress=false", "run.video=false",
                    "run.eval_every_steps=0", "run.final_eval_episodes=40", f"run.out_dir={tmp_path}", "run.name=learn",
                    timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -109,20 +109,20 @@ def test_rpd_and_opd_runs_load_their_teacher_from_a_run_directory(tmp_path, need
     base = ["configs/quickstart.yaml", "env.num_envs=2", "env.max_episode_steps=20", "policy.hidden=[32,32]",
             "run.total_env_steps=64", "run.rollout_steps=16", "run.eval_every_steps=0", "run.final_eval_episodes=0",
             "run.progress=false", "run.video=false", f"run.out_dir={tmp_path}"]
-    proc = run_cli("train", *base, "run.name=teacher")
+    proc = run_cli("train", "--json", *base, "run.name=teacher")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_cli("train", *base, "algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}", "algo.lambda_=0.5",
+    proc = run_cli("train", "--json", *base, "algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}", "algo.lambda_=0.5",
                    "run.name=student")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher policy from" in proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["env_steps"] >= 64
-    proc = run_cli("train", *base, "algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}",
+    proc = run_cli("train", "--json", *base, "algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}",
                    "env.control_mode=pd_ee_delta_pos", "run.name=bad")
     assert proc.returncode != 0
     assert "teacher outputs actions of shape (8,) but the student (4,)" in proc.stderr.strip().splitlines()[-1]
     opd = [a for a in base if not a.startswith("configs/")]
-    proc = run_cli("train", "configs/quickstart.yaml", *opd, "algo={name: opd, teacher: " + str(tmp_path / "teacher") + "}",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", *opd, "algo={name: opd, teacher: " + str(tmp_path / "teacher") + "}",
                    "run.name=opd")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher policy from" in proc.stderr

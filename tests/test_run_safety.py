@@ -459,7 +459,7 @@ SMALL = ["env.task=PickCube-v1", "env.num_envs=2", "run.rollout_steps=16", "run.
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs")
-    proc = run_cli("train", "configs/quickstart.yaml", *SMALL, "run.total_env_steps=64", f"run.out_dir={out}",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", *SMALL, "run.total_env_steps=64", f"run.out_dir={out}",
                    "run.name=base")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / "base"
@@ -484,7 +484,7 @@ def test_malicious_trainer_pt_runs_nothing_on_resume_eval_or_upgrade(small_run, 
     run = _copy(small_run, tmp_path, "evil")
     marker = tmp_path / "PWNED"
     _make_legacy(ck.resolve(run), {"algo": _Payload(marker)})
-    assert "robo-rl checkpoint upgrade" in _one_line_error(run_cli("train", "--resume", str(run)))
+    assert "robo-rl checkpoint upgrade" in _one_line_error(run_cli("train", "--json", "--resume", str(run)))
     proc = run_cli("eval", str(run), "--episodes", "1", "--num-envs", "1", "--no-video")
     assert proc.returncode == 0, proc.stderr[-2000:]  # evaluation reads weights and meta only
     assert "posix.system" in _one_line_error(run_cli("checkpoint", "upgrade", str(run)))
@@ -495,7 +495,7 @@ def test_resume_refuses_another_control_mode(small_run, need_maniskill, tmp_path
     run = _copy(small_run, tmp_path, "cm")
     cfg = run / "config.yaml"
     cfg.write_text(cfg.read_text().replace("control_mode: pd_joint_delta_pos", "control_mode: pd_joint_pos"))
-    msg = _one_line_error(run_cli("train", "--resume", str(run), "run.total_env_steps=96"))
+    msg = _one_line_error(run_cli("train", "--json", "--resume", str(run), "run.total_env_steps=96"))
     assert "env.control_mode 'pd_joint_delta_pos' -> 'pd_joint_pos'" in msg
     assert _steps(run) == [32, 64]
 
@@ -503,7 +503,7 @@ def test_resume_refuses_another_control_mode(small_run, need_maniskill, tmp_path
 def test_second_concurrent_resume_is_refused_and_the_first_runs_intact(small_run, need_maniskill, tmp_path):
     run = _copy(small_run, tmp_path, "two")
     before = list(csv.DictReader(open(run / "metrics.csv")))
-    first = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "train", "--resume", str(run),
+    first = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "train", "--json", "--resume", str(run),
                               "run.total_env_steps=320"], cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -511,7 +511,7 @@ def test_second_concurrent_resume_is_refused_and_the_first_runs_intact(small_run
         while _lock_holder(run) != str(first.pid):
             assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()[-2000:]
             time.sleep(0.05)
-        msg = _one_line_error(run_cli("train", "--resume", str(run), "run.total_env_steps=320"))
+        msg = _one_line_error(run_cli("train", "--json", "--resume", str(run), "run.total_env_steps=320"))
         assert f"being written by process {first.pid}" in msg
         assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     finally:
@@ -525,7 +525,7 @@ def test_resuming_the_same_checkpoint_twice_trains_the_same(small_run, need_mani
     weights = []
     for name in ("a", "b"):
         run = _copy(small_run, tmp_path, name)
-        proc = run_cli("train", "--resume", str(run), "run.total_env_steps=128")
+        proc = run_cli("train", "--json", "--resume", str(run), "run.total_env_steps=128")
         assert proc.returncode == 0, proc.stderr[-2000:]
         weights.append(ck.load_model_state(ck.resolve(run)))
         assert _steps(run) == [32, 64, 96, 128]

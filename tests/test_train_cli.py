@@ -36,7 +36,7 @@ def _one_line_error(proc: subprocess.CompletedProcess) -> str:
 def trained_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs")
     cpus = sorted(os.sched_getaffinity(0))  # pinned and pipelined: env workers on one core, the trainer on another
-    proc = run_cli("train", "configs/quickstart.yaml", *SMALL, "run.total_env_steps=64", f"run.out_dir={out}",
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", *SMALL, "run.total_env_steps=64", f"run.out_dir={out}",
                    "run.name=two-iters", f"env.worker_cpus=[{cpus[0]}]", f"run.policy_cpus=[{cpus[-1]}]",
                    "run.pipeline=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -83,7 +83,7 @@ def test_eval_overrides_change_the_env_and_are_checked(trained_run, need_maniski
 
 
 def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniskill):
-    args = [sys.executable, "-m", "robo_rl.cli", "train", "configs/quickstart.yaml", *SMALL,
+    args = [sys.executable, "-m", "robo_rl.cli", "train", "--json", "configs/quickstart.yaml", *SMALL,
             "run.total_env_steps=640", "run.checkpoint_every_steps=32", "run.eval_every_steps=0",
             "run.final_eval_episodes=0", f"run.out_dir={tmp_path}", "run.name=victim"]
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -104,7 +104,7 @@ def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniski
     ckpt_step = int((run / "checkpoints" / "latest").read_text().strip().split("_")[1])
     rows_before = list(csv.DictReader(open(run / "metrics.csv")))
     assert 0 < ckpt_step < 640
-    res = run_cli("train", "--resume", str(run))
+    res = run_cli("train", "--json", "--resume", str(run))
     assert res.returncode == 0, res.stderr[-3000:]
     assert (run / "config.yaml").read_text() == cfg_before
     rows = list(csv.DictReader(open(run / "metrics.csv")))
@@ -118,10 +118,10 @@ def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniski
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert ckpts[-1] == "step_0000000640" and not [c for c in ckpts if c.startswith(".")]
     # a resume whose overrides do not fit the checkpoint fails and leaves config.yaml as it was
-    assert "shape" in _one_line_error(run_cli("train", "--resume", str(run), "policy.hidden=[16,16]"))
+    assert "shape" in _one_line_error(run_cli("train", "--json", "--resume", str(run), "policy.hidden=[16,16]"))
     assert (run / "config.yaml").read_text() == cfg_before
     # a learning-rate override takes effect (the optimizer's saved lr does not win) and is recorded
-    res = run_cli("train", "--resume", str(run), "run.total_env_steps=704", "algo.lr=1.0e-5")
+    res = run_cli("train", "--json", "--resume", str(run), "run.total_env_steps=704", "algo.lr=1.0e-5")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert [int(r["env_steps"]) for r in rows[-2:]] == [672, 704]
@@ -138,18 +138,18 @@ def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniski
     (["env.control_mode=pd_joint_bogus"], "'env.control_mode' = 'pd_joint_bogus' is not a controller of PushCube-v1's robot: ["),
 ])
 def test_bad_config_is_one_line(extra, fragment, tmp_path):
-    err = _one_line_error(run_cli("train", "configs/quickstart.yaml", *extra, f"run.out_dir={tmp_path}", timeout=120))
+    err = _one_line_error(run_cli("train", "--json", "configs/quickstart.yaml", *extra, f"run.out_dir={tmp_path}", timeout=120))
     assert fragment in err
     assert not any(tmp_path.iterdir())  # no run dir created for a bad config
 
 
 def test_unwritable_run_dir_is_one_line():
-    err = _one_line_error(run_cli("train", "configs/quickstart.yaml", "run.out_dir=/proc/robo-rl-nope", timeout=120))
+    err = _one_line_error(run_cli("train", "--json", "configs/quickstart.yaml", "run.out_dir=/proc/robo-rl-nope", timeout=120))
     assert "cannot write run directory" in err
 
 
 def test_missing_config_file_is_one_line(tmp_path):
-    err = _one_line_error(run_cli("train", str(tmp_path / "missing.yaml"), timeout=120))
+    err = _one_line_error(run_cli("train", "--json", str(tmp_path / "missing.yaml"), timeout=120))
     assert "does not exist" in err
 
 
@@ -163,7 +163,7 @@ def test_corrupt_checkpoint_on_eval_and_resume(trained_run, tmp_path, need_manis
     metrics_before = (run / "metrics.csv").read_bytes()
     err = _one_line_error(run_cli("eval", str(run), "--episodes", "1", "--no-video"))
     assert "corrupt" in err
-    err = _one_line_error(run_cli("train", "--resume", str(run)))
+    err = _one_line_error(run_cli("train", "--json", "--resume", str(run)))
     assert "corrupt" in err
     assert (run / "metrics.csv").read_bytes() == metrics_before
 
@@ -176,7 +176,7 @@ def test_mismatched_checkpoint_is_one_line(trained_run, tmp_path, need_maniskill
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg["policy"]["hidden"] = [32]
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    err = _one_line_error(run_cli("train", "--resume", str(run)))
+    err = _one_line_error(run_cli("train", "--json", "--resume", str(run)))
     assert "does not match this model" in err
 
 
@@ -196,7 +196,7 @@ def test_resume_dry_run_checks_the_run_and_leaves_it_alone(trained_run, tmp_path
     run = tmp_path / "copy"
     shutil.copytree(trained_run, run)
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    proc = run_cli("train", "--resume", str(run), "algo.lr=1e-5", "--dry-run")
+    proc = run_cli("train", "--json", "--resume", str(run), "algo.lr=1e-5", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["dry_run"] == "ok" and out["policy_built_from"] == "config"
@@ -211,15 +211,15 @@ def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path,
              "config algo.teacher '"),
             ("quickstart.yaml", [f"run.init_from={tmp_path / 'nope'}"], "config run.init_from '"),
             ("bc_mlp_pushcube_few.yaml", [f"algo.dataset={tmp_path / 'no.h5'}"], "config algo.dataset '")):
-        err = _one_line_error(run_cli("train", f"configs/{cfg}", *extra, f"run.out_dir={tmp_path / 'runs'}",
+        err = _one_line_error(run_cli("train", "--json", f"configs/{cfg}", *extra, f"run.out_dir={tmp_path / 'runs'}",
                                       "run.name=x", timeout=120))
         assert fragment in err and "does not exist" in err
         assert not (tmp_path / "runs").exists()
     (tmp_path / "not-a-run").mkdir()
-    err = _one_line_error(run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'not-a-run'}",
+    err = _one_line_error(run_cli("train", "--json", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'not-a-run'}",
                                   "run.init_from=null", f"run.out_dir={tmp_path / 'runs'}", timeout=120))
     assert "config key 'algo.teacher': no checkpoint found" in err and not (tmp_path / "runs").exists()
-    proc = run_cli("train", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'no-teacher'}",
+    proc = run_cli("train", "--json", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'no-teacher'}",
                    "run.init_from=null", "env.worker_cpus=[998]", "run.policy_cpus=[999]", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)  # a config for another machine: what this one lacks is listed, not fatal
@@ -228,6 +228,24 @@ def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path,
 
 
 def test_offline_runs_refuse_keys_they_would_ignore(tmp_path):
-    err = _one_line_error(run_cli("train", "configs/bc_mlp_pushcube_few.yaml", "run.pipeline=true",
+    err = _one_line_error(run_cli("train", "--json", "configs/bc_mlp_pushcube_few.yaml", "run.pipeline=true",
                                   f"run.out_dir={tmp_path}", timeout=120))
     assert "'run.pipeline' does not apply to offline algorithm 'bc'" in err and not any(tmp_path.iterdir())
+
+
+def test_the_end_of_a_run_is_a_short_summary(tmp_path):
+    """Without --json the run ends with a few lines: success with its CI, steps, time, where the files are."""
+    from robo_rl.cli.train import summary_lines
+
+    (tmp_path / "learning_curve.png").write_bytes(b"png")
+    summary = {"run_dir": str(tmp_path), "env_steps": 300000, "wall_time_min": 9.71, "stop_reason": "total_env_steps",
+               "final_eval": {"episodes": 100, "successes": 98, "success_rate": 0.98, "ci95_low": 0.93, "ci95_high": 0.994,
+                              "episode_success": [[1] * 98 + [0] * 2]},
+               "video": str(tmp_path / "final_policy.mp4")}
+    lines = summary_lines(summary)
+    assert lines[0] == "[bold]success 0.98[/bold] (95% CI [0.93, 0.99]) over 100 evaluation episodes"
+    assert lines[1] == "300,000 env steps, 9.7 min, stopped by total_env_steps"
+    assert lines[2:] == [f"run      {tmp_path}", f"curve    {tmp_path / 'learning_curve.png'}",
+                         f"video    {tmp_path / 'final_policy.mp4'}",
+                         f"summary  {tmp_path / 'summary.json'} (print it with --json)"]
+    assert summary_lines({"gradient_steps": 1200, "run_dir": str(tmp_path / "x")})[0] == "1,200 gradient steps"

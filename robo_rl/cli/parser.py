@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dry-run", action="store_true", help="build env (1 env, CPU), policy (no weights) and algorithm, then stop")
     t.add_argument("--allow-large", action="store_true",
                    help="build models a checkpoint describes even above 100M parameters (resume, teacher)")
+    t.add_argument("--json", action="store_true",
+                   help="print the run's whole summary.json at the end instead of the short summary")
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a run or checkpoint (or a benchmark of it; or report benchmark results)")

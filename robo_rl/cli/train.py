@@ -42,5 +42,43 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(json.dumps(dry_run(cfg), indent=2))
             return 0
         summary = train_mod.train(cfg)
-    print(json.dumps(summary, indent=2))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_summary(summary)
     return 0
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The end of a run in a few lines: the final success with its CI, steps, time, where the files are."""
+    lines = []
+    final = summary.get("final_eval")
+    if isinstance(final, dict) and "success_rate" in final:
+        lines.append(f"[bold]success {final['success_rate']:.2f}[/bold] (95% CI [{final['ci95_low']:.2f}, "
+                     f"{final['ci95_high']:.2f}]) over {final['episodes']} evaluation episodes")
+    done = [f"{summary[k]:,} {k.replace('_', ' ')}" for k in ("env_steps", "gradient_steps") if k in summary]
+    if "wall_time_min" in summary:
+        done.append(f"{summary['wall_time_min']:.1f} min")
+    if summary.get("stop_reason"):
+        done.append(f"stopped by {summary['stop_reason']}")
+    if done:
+        lines.append(", ".join(done))
+    run_dir = summary.get("run_dir")
+    if run_dir:
+        lines.append(f"run      {run_dir}")
+        curve = Path(run_dir) / "learning_curve.png"
+        if curve.is_file():
+            lines.append(f"curve    {curve}")
+    if summary.get("video"):
+        lines.append(f"video    {summary['video']}")
+    if run_dir:
+        lines.append(f"summary  {Path(run_dir) / 'summary.json'} (print it with --json)")
+    return lines
+
+
+def print_summary(summary: dict) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    for line in summary_lines(summary):
+        console.print(line, soft_wrap=True)

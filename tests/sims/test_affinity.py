@@ -75,10 +75,10 @@ def test_bad_cpu_ids_fail_in_one_line_before_a_run_directory_exists(tmp_path):
 
     out = tmp_path / "runs"
     bad = max(ALLOWED) + 100
-    proc = run_cli("train", "configs/quickstart.yaml", f"run.out_dir={out}", f"env.worker_cpus=[{bad}]")
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", f"run.out_dir={out}", f"env.worker_cpus=[{bad}]")
     assert proc.returncode != 0
     assert f"config key 'env.worker_cpus' = [{bad}] names CPUs [{bad}]" in proc.stderr
-    proc = run_cli("train", "configs/quickstart.yaml", f"run.out_dir={out}", f"run.policy_cpus=[{ALLOWED[0]}]")
+    proc = run_cli("train", "--json", "configs/quickstart.yaml", f"run.out_dir={out}", f"run.policy_cpus=[{ALLOWED[0]}]")
     assert proc.returncode != 0 and "'run.policy_cpus' needs 'env.worker_cpus' as well" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not out.exists()

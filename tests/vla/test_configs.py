@@ -55,6 +55,6 @@ def test_libero_dry_run_prints_only_json(need_libero):
 
     from tests.conftest import run_cli
 
-    proc = run_cli("train", "configs/pi0_ppo_libero.yaml", "--dry-run")
+    proc = run_cli("train", "--json", "configs/pi0_ppo_libero.yaml", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["dry_run"] == "ok"
