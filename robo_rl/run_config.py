@@ -72,7 +72,7 @@ class RunConfig:
     with rollout observations. For fine-tuning from ``init_from``: the SFT'd weights were fit to those
     statistics, and rollout states (failures run to the time limit) can rescale some dimensions many-fold.
     Off by default: a state MLP fine-tuned from a few-demo BC student needs the statistics to widen
-    (README: PushCube from the 5-demo student, 0.97/0.75 running vs 0.33/0.26 frozen)."""
+    (measured in docs/results/cpu.md)."""
 
     def __post_init__(self) -> None:
         check_ranges(self, "run")

@@ -58,8 +58,8 @@ class BCConfig:
     image_shift: int = ranged(0, ge=0, unit="pixels")
     """Random-shift augmentation of training images (DrQ / random crop): each image is padded by this
     many edge pixels and cropped back at a random offset, per image and camera (0: off; validation and
-    evaluation images are never shifted). Measured: 8 at 128 px cut the small pi0's PushCube success from
-    0.51 to 0.13 (one fixed camera: pixel position is world position; README), so it is off by default.
+    evaluation images are never shifted). Off by default: with one fixed camera pixel position is world
+    position, and shifting hurt the small pi0 on PushCube (docs/results/cpu.md).
     Range: >= 0 pixels."""
 
     def __post_init__(self) -> None:

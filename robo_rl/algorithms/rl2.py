@@ -14,20 +14,12 @@ chunk a with advantage A, t ~ U(0, 1), noise n, x_t = t n + (1 - t) a,
 (the frozen v_vla and z computed at the same x_t, t), so chunks that did better than expected are the
 ones the composed flow learns to generate.
 
-Advantage shift only (``baseline=True``, the default): fitting the composed field to the logged chunks
-also teaches v_phi whatever the base field gets wrong on them (the base was trained on demos, not on its
-own samples), and that part alone moved the base off its successful actions in our measurements. So
-v_phi = h_w - h_1, two heads fit on the same samples, h_w with the weights w(A) and h_1 with w = 1:
-where v_vla + beta h_1 is the logged chunks' own flow, v_vla + beta v_phi keeps v_vla and adds only the
-difference the advantage weighting makes. By default (``shared_head``) h_w and h_1 are one network with a
-weighted/unweighted flag input, as classifier-free guidance conditions one denoiser on / off its class:
-their difference is then the flag's effect alone, not the fitting noise of two separately fit nets
-(with two nets, a larger beta hurt monotonically in our measurements). The advantage is the return-to-go minus a value baseline V(o)
-fit on the same logs (``advantage="value"``, a Monte-Carlo advantage), GAE(lambda) on the same value
-(``"gae"``: per-call rewards are the return-to-go's differences; lambda < 1 trades the variance of all later
-calls' sampled noise for the value's bias, which matters because one chunk moves the return little), or the
-standardized return-to-go (``"return"``). The return-to-go is the sparse success return by default
-(``returns="success"``, see ``SteeringConfig.returns`` for why not the env's shaped reward).
+With ``baseline`` (the default) v_phi = h_w - h_1: a weighted fit h_w and an unweighted fit h_1 of the
+same samples (one network with a weighted/unweighted flag input when ``shared_head``), so the composed
+field keeps v_vla and adds only the difference the advantage weighting makes. The advantage is the
+return-to-go minus a fitted value V(o) (``advantage="value"``), GAE(lambda) on that value (``"gae"``) or
+the standardized return-to-go (``"return"``); the return is the sparse success return by default
+(``returns="success"``). Why these defaults: docs/guides/steering.md.
 
 The failure predictor p_fail is a classifier on the prefix features trained on the same logs (label:
 the episode failed); its AUROC is reported.
