@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Simulator check on a lent GPU machine (see scripts/device/README.md). Run from anywhere:
+# Simulator check on a GPU machine (see scripts/device/README.md). Run from anywhere:
 #   bash scripts/device/gpu_sims_check.sh
 # Needs .gl/*.deb (GL/Vulkan loaders) and .gpu/sims-*-cp<PYTAG>.tar.xz (+ .gpu/xlibs/*.deb) carried along.
 # Writes $OUT/sims_gpu.log, $OUT/sims_gpu.json and a few PNGs.

@@ -2,7 +2,7 @@
 # GPU check for the VLA issue: `robo-rl bench decode` on an OpenVLA-7B-shaped random-init model in
 # bf16 (batched KV-cache decode vs per-env loop vs transformers generate()), B = 1, 8, 32, 64; then
 # `robo-rl bench sample` at pi0 size in bf16 (B = 1, 8, 32, cached prefix vs not) for the pi0 issue.
-# Runs on the lent device machine from the repo root; transformers 5.24 travels as a wheel in .whl/
+# Runs on the GPU machine from the repo root; transformers 5.24 travels as a wheel in .whl/
 # (the machine's own transformers is older). Writes $OUT/decode_7b.json, $OUT/sample_pi0.json and $OUT/vla_gpu.log.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
