@@ -89,8 +89,7 @@ class ProgressAware(Protocol):
 def require(obj: Any, capability: type, role: str, needed_by: str) -> None:
     """One-line ConfigError unless ``obj`` has ``capability`` (e.g. role "policy", needed_by "OPD")."""
     if not isinstance(obj, capability):
-        methods = [m for m in ("value_parameters", "update_normalizer", "fit_state_stats", "fit_action_stats",
-                               "token_log_probs", "token_space", "imitation_loss", "set_teacher", "set_progress")
-                   if hasattr(capability, m) and not hasattr(obj, m)]
+        methods = [m for m, v in vars(capability).items()
+                   if callable(v) and not m.startswith("_") and not hasattr(obj, m)]
         raise ConfigError(f"{role} {type(obj).__name__} is not {capability.__name__} (no {', '.join(methods)}); "
                           f"{needed_by} needs it")

@@ -141,15 +141,11 @@ def _check_algorithm(name: str, kwargs: dict) -> None:
     if isinstance(algo, TeacherGuided):
         teacher = build_policy(mlp, env.obs_spec, env.action_spec)
         algo.set_teacher(teacher, env.action_spec.shape, env.action_spec.shape)
-    if getattr(algo, "offline", False):
-        col = Collector(env, policy, steps=4, gamma=0.9, lam=0.9)
-        col.reset(seed=1)
-        batch, _ = col.collect()
-        losses = algo.update((dict(batch.obs), batch.extras["action"]))
-    else:
-        col = Collector(env, policy, steps=4, gamma=0.9, lam=0.9)
-        col.reset(seed=1)
-        losses = algo.update(col.collect()[0])
+    col = Collector(env, policy, steps=4, gamma=0.9, lam=0.9)
+    col.reset(seed=1)
+    batch, _ = col.collect()
+    # an offline algorithm (BC) takes (observations, actions) batches; the others the rollout batch
+    losses = algo.update((dict(batch.obs), batch.extras["action"]) if getattr(algo, "offline", False) else batch)
     assert losses and all(math.isfinite(v) for v in losses.values()), losses
     state = algo.state_dict()
     algo.load_state_dict(state)
