@@ -4,8 +4,10 @@ config's topics, so the whole sim-to-real path (DDS, messages, node, safety) run
 Lockstep loop: publish the camera image (if configured), the task state (with ``state_source:
 topic``) and ``/joint_states`` (the first J joints of the agent's
 qpos/qvel, J = the robot config's joints), wait for the next command on the command topic, apply it
-as the env action (``pd_joint_pos`` targets by default, or the controller given), repeat. When an episode ends the result is published
-as JSON on ``/robo_rl/sim/episode`` (std_msgs/String) and the env resets with the next seed.
+as the env action (``pd_joint_pos`` targets by default, or the controller given), publish the step's
+outcome (reward, terminated, truncated, success) as JSON on ``/robo_rl/sim/step`` (std_msgs/String; what
+``real_robot.robot_env.RobotEnv`` steps on), repeat. When an episode ends the result is published as JSON
+on ``/robo_rl/sim/episode`` (std_msgs/String) and the env resets with the next seed.
 
     python -m real_robot.sim_robot --robot configs/robots/panda_sim.yaml --task PickCube-v1 --episodes 10
 """
@@ -26,6 +28,7 @@ from real_robot.config import RobotConfig, load_robot
 from real_robot.transport import QoS, make_transport
 
 RESULTS = "/robo_rl/sim/episode"
+STEP_TOPIC = "/robo_rl/sim/step"  # real_robot.robot_env.STEP_TOPIC
 
 
 class SimRobot:
@@ -50,6 +53,7 @@ class SimRobot:
                           if robot.state_source == "topic" else None)
         self.js_pub = transport.publisher(robot.joint_states_topic, "sensor_msgs/msg/JointState")
         self.res_pub = transport.publisher(RESULTS, "std_msgs/msg/String")
+        self.step_pub = transport.publisher(STEP_TOPIC, "std_msgs/msg/String")
         self.commands: queue.Queue[np.ndarray] = queue.Queue()
         transport.subscribe(robot.command_topic, robot.command_type, self._on_command)
 
@@ -112,11 +116,16 @@ class SimRobot:
                 obs, rew, term, trunc, info = self.env.step(action)
                 steps, ret = steps + 1, ret + rew
                 success = success or bool(info["success"])
+                outcome = {"reward": float(rew), "terminated": bool(term), "truncated": bool(trunc), "success": success}
+                self.step_pub.publish(m.serialize(m.string(json.dumps(outcome)), "std_msgs/msg/String"))
                 if term or trunc:
                     break
             res = {"episode": ep, "seed": seed + ep, "steps": steps, "return": ret, "success": success}
             results.append(res)
             self.res_pub.publish(m.serialize(m.string(json.dumps(res)), "std_msgs/msg/String"))
+        # like a VecEnv's auto-reset: the last episode's end is followed by the next episode's first
+        # observation, so a lockstep client (RobotEnv) always has an observation to return
+        self._publish(self.env.reset(seed=seed + episodes))
         return results
 
 

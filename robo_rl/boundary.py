@@ -25,8 +25,10 @@ def obs_to_torch(obs: Observation) -> dict[str, Any]:
 
 
 def to_env_actions(actions: torch.Tensor, spec: ArraySpec) -> np.ndarray:
-    """Policy actions (B, A) or chunks (B, T, A) -> float32 numpy clipped to the env's bounds."""
+    """Policy actions (B, A) or chunks (B, H, A) -> float32 numpy clipped to the env's per-dimension
+    bounds (``ArraySpec.bounds``)."""
     a = actions.detach().cpu().numpy().astype(np.float32)
-    if spec.low is not None and spec.high is not None:
-        np.clip(a, spec.low, spec.high, out=a)
+    bounds = spec.bounds()
+    if bounds is not None:
+        np.clip(a, *bounds, out=a)
     return a

@@ -442,8 +442,19 @@ def specs_from_meta(meta: dict[str, Any], ckpt: Path) -> tuple[dict[str, Any], A
     obs_spec = {k: ArraySpec(shape(v, f"obs_spec.{k}"), "uint8" if k == "rgb" else "float32")
                 for k, v in meta["obs_spec"].items()}
     act = meta["action_spec"]
-    low, high = act.get("low"), act.get("high")
-    return obs_spec, ArraySpec(shape(act.get("shape", []), "action_spec.shape"), "float32", low, high)
+    act_shape = shape(act.get("shape", []), "action_spec.shape")
+
+    def bound(key: str) -> Any:
+        value = act.get(key)
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return value
+        if (isinstance(value, list) and act_shape and len(value) == act_shape[-1]
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+            return tuple(value)
+        raise CheckpointError(f"checkpoint '{ckpt}' meta.json action_spec.{key} is {str(value)[:60]}; expected a "
+                              f"number or a list of {act_shape[-1] if act_shape else 'A'} numbers, as robo-rl writes it")
+
+    return obs_spec, ArraySpec(act_shape, "float32", bound("low"), bound("high"))
 
 
 def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], ckpt: Path) -> None:

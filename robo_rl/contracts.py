@@ -1,12 +1,12 @@
 """The contracts every simulator, policy, algorithm and robot bridge implements.
 
-Shapes (B = batch of envs, V = cameras, H/W = image size, D = state dim, A = action dim,
-T = action-chunk horizon):
+Shapes (B = batch of envs, V = cameras, D = state dim, A = action dim, H = action-chunk horizon,
+T = time steps of a rollout or an episode; images are (..., height, width, 3)):
 
 * ``Observation``: ``dict[str, Any]`` with a leading batch dimension on every array:
-  ``state`` (B, D) float32, ``rgb`` (B, V, H, W, 3) uint8, ``instruction`` list[str] of length B.
+  ``state`` (B, D) float32, ``rgb`` (B, V, height, width, 3) uint8, ``instruction`` list[str] of length B.
   A simulator may add keys, never rename these.
-* Actions: (B, A) float32, or chunks (B, T, A).
+* Actions: (B, A) float32, or chunks (B, H, A).
 
 Arrays crossing the env boundary are numpy; policies convert to torch internally.
 """
@@ -23,13 +23,37 @@ Observation = dict[str, Any]
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """Shape (without the batch dim), dtype and optional bounds of one observation/action entry."""
+    """Shape (without the batch dim), dtype and optional bounds of one observation/action entry.
+
+    ``low``/``high``: one bound for every element, or one per element of the last axis (A,) (e.g. the
+    joint limits of an absolute joint-position controller); a sequence is stored as a tuple of floats.
+    """
 
     shape: tuple[int, ...]
     dtype: str
-    low: float | None = None
-    high: float | None = None
+    low: float | tuple[float, ...] | None = None
+    high: float | tuple[float, ...] | None = None
     meaning: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("low", "high"):
+            value = getattr(self, name)
+            if value is None or isinstance(value, (int, float)):
+                continue
+            per_dim = tuple(float(x) for x in np.asarray(value, dtype=np.float64).reshape(-1))
+            if not self.shape or len(per_dim) != self.shape[-1]:
+                raise ValueError(f"ArraySpec.{name} has {len(per_dim)} bounds for shape {self.shape}; give one "
+                                 f"bound or one per element of the last axis ({self.shape[-1] if self.shape else 0})")
+            object.__setattr__(self, name, per_dim)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(low, high), each (A,) float32 over the last axis (a single bound repeated), or None where
+        either side is unbounded. Broadcasts against (B, A) actions and (B, H, A) chunks."""
+        if self.low is None or self.high is None:
+            return None
+        a = self.shape[-1] if self.shape else 1
+        return (np.broadcast_to(np.asarray(self.low, np.float32), (a,)).copy(),
+                np.broadcast_to(np.asarray(self.high, np.float32), (a,)).copy())
 
 
 @dataclass(frozen=True)
@@ -63,7 +87,7 @@ class VecEnv(Protocol):
         ...
 
     def step(self, actions: np.ndarray) -> StepResult:
-        """actions: (B, A) or (B, T, A) float32 within ``action_spec`` bounds."""
+        """actions: (B, A) or (B, H, A) float32 within ``action_spec`` bounds."""
         ...
 
     def render(self) -> np.ndarray | None:
@@ -112,7 +136,7 @@ class SimulatorSupport(Protocol):
 class PolicyOutput:
     """What ``Policy.act`` returns.
 
-    actions: (B, A) or (B, T, A) float32 tensor in env units.
+    actions: (B, A) or (B, H, A) float32 tensor in env units.
     log_prob: (B,) log-probability of ``extras`` under the policy (None for deterministic policies).
     value: (B,) critic estimate, or None for policies without a critic.
     extras: tensors ``evaluate`` needs to recompute log_prob (e.g. pre-squash samples, action
@@ -146,13 +170,24 @@ class Policy(Protocol):
 
 @runtime_checkable
 class Algorithm(Protocol):
-    """Pure learning math over a rollout batch; no I/O."""
+    """Pure learning math over a batch; no I/O."""
 
     def update(self, batch: Any) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class OnPolicyAlgorithm(Algorithm, Protocol):
+    """An algorithm that learns from its policy's own rollouts: it owns how collected
+    ``robo_rl.batch.Trajectories`` (T, B) become the flat ``RolloutBatch`` its ``update`` consumes
+    (advantages and returns from its estimator, e.g. GAE)."""
+
+    def prepare(self, traj: Any) -> Any:
+        """(T, B) trajectories -> RolloutBatch of N = T*B transitions."""
+        ...
 
 
 @runtime_checkable

@@ -104,6 +104,10 @@ ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "opd": "robo_rl.algorithms.opd:OPD",
     "bc": "robo_rl.algorithms.bc:BC",
 })
+# estimators that turn collected trajectories into advantages/returns (robo_rl.algorithms.advantages)
+ADVANTAGES = Registry("advantages", singular="advantage estimator", entries={
+    "gae": "robo_rl.algorithms.advantages:GAE",
+})
 # what evaluation and benchmarks need from a simulator beyond its VecEnv (robo_rl.contracts.SimulatorSupport)
 SIMULATORS = Registry("simulators", singular="simulator", entries={
     "maniskill": "sims.maniskill.support:SUPPORT",

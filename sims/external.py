@@ -30,9 +30,10 @@ def box(spec: ArraySpec) -> gym.spaces.Box:
     """The gymnasium Box of one entry (unbounded where the spec has no bounds; uint8 images 0..255)."""
     if spec.dtype == "uint8":
         return gym.spaces.Box(0, 255, spec.shape, np.uint8)
-    low = -np.inf if spec.low is None else spec.low
-    high = np.inf if spec.high is None else spec.high
-    return gym.spaces.Box(np.full(spec.shape, low, np.float32), np.full(spec.shape, high, np.float32), dtype=np.float32)
+    low = -np.inf if spec.low is None else np.asarray(spec.low, np.float32)
+    high = np.inf if spec.high is None else np.asarray(spec.high, np.float32)
+    return gym.spaces.Box(np.broadcast_to(low, spec.shape).astype(np.float32),
+                          np.broadcast_to(high, spec.shape).astype(np.float32), dtype=np.float32)
 
 
 def _entry(env: VecEnv, obs_key: str) -> ArraySpec:

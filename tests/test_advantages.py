@@ -1,6 +1,8 @@
+import pytest
 import torch
 
-from robo_rl.algorithms.advantages import gae
+from robo_rl.algorithms.advantages import GAE, gae
+from robo_rl.batch import Trajectories
 
 
 def _t(rows):
@@ -55,8 +57,9 @@ def test_rollout_buffer_uses_final_obs_values_for_finished_envs():
             np.array([False, True]), torch.tensor([0.0, 10.0]), np.array([False, True]))
     buf.add(obs, {}, torch.zeros(2), torch.tensor([3.0, 3.0]), np.array([0.0, 0.0]), np.array([False, False]),
             np.array([False, False]))
-    batch = buf.finish(torch.tensor([6.0, 6.0]), gamma=1.0, lam=1.0)
-    assert torch.equal(buf.next_values, torch.tensor([[3.0, 10.0], [6.0, 6.0]]))
+    traj = buf.finish(torch.tensor([6.0, 6.0]))
+    assert torch.equal(traj.next_values, torch.tensor([[3.0, 10.0], [6.0, 6.0]]))
+    batch = GAE(gamma=1.0, lam=1.0)(traj)
     # env 0 advantage at t=0 carries through t=1; env 1 does not
     adv = batch.advantages.reshape(2, 2)
     assert adv[0, 0].item() == (0 + 3 - 1) + (0 + 6 - 3)
@@ -72,7 +75,7 @@ def test_bootstrap_on_terminated_treats_success_like_truncation():
         buf = RolloutBuffer(1, 1)
         buf.add({"state": torch.zeros(1, 2)}, {}, torch.zeros(1), torch.tensor([0.0]), np.array([1.0]),
                 np.array([True]), np.array([False]), torch.tensor([4.0]), np.array([True]))
-        return buf.finish(torch.tensor([9.0]), gamma=0.5, lam=1.0, bootstrap_on_terminated=flag).advantages.item()
+        return GAE(0.5, 1.0, bootstrap_on_terminated=flag)(buf.finish(torch.tensor([9.0]))).advantages.item()
 
     assert run(False) == 1.0  # terminal: no bootstrap
     assert run(True) == 1.0 + 0.5 * 4.0  # bootstrapped from V(final_obs), not from the next episode's 9.0
@@ -104,3 +107,33 @@ def test_cnn_refuses_images_too_small_for_its_convolutions():
     with pytest.raises(ConfigError, match="at least 36x36 px; the env gives 32x32: set env.image_size >= 36"):
         CNNActorCritic(CNNConfig(), {"rgb": ArraySpec((1, 32, 32, 3), "uint8")}, act)
     CNNActorCritic(CNNConfig(), {"rgb": ArraySpec((1, 36, 36, 3), "uint8")}, act)
+
+
+def _random_traj(steps: int, envs: int, seed: int) -> Trajectories:
+    g = torch.Generator().manual_seed(seed)
+    r = lambda: torch.randn(steps, envs, generator=g)  # noqa: E731
+    done = torch.rand(steps, envs, generator=g) < 0.2
+    return Trajectories({"state": torch.randn(steps, envs, 3, generator=g)}, {"action": torch.randn(steps, envs, 2, generator=g)},
+                        r(), r(), r(), r(), done & (torch.rand(steps, envs, generator=g) < 0.5), done, done)
+
+
+def test_env_wise_joined_trajectories_give_each_part_its_own_advantages():
+    """Rollout workers' (T, B_k) trajectories joined along B (the Ray path) are estimated column by column:
+    every env's advantages equal those of its own worker's trajectories."""
+    parts = [_random_traj(5, 2, 0), _random_traj(5, 3, 1)]
+    est = GAE(0.9, 0.8)
+    joined = est(Trajectories.cat(parts))
+    adv = joined.advantages.reshape(5, 5)
+    assert torch.equal(adv[:, :2], est(parts[0]).advantages.reshape(5, 2))
+    assert torch.equal(adv[:, 2:], est(parts[1]).advantages.reshape(5, 3))
+    assert torch.equal(joined.obs["state"].reshape(5, 5, 3)[:, 2:], parts[1].obs["state"])
+    with pytest.raises(ValueError, match="different lengths"):
+        Trajectories.cat([_random_traj(5, 2, 0), _random_traj(4, 2, 0)])
+
+
+def test_unknown_advantage_estimator_is_a_config_error():
+    from robo_rl.algorithms.ppo import PPOConfig
+    from robo_rl.errors import RegistryError
+
+    with pytest.raises(RegistryError, match="unknown advantage estimator 'gea'.*did you mean 'gae'"):
+        PPOConfig(advantage="gea")

@@ -28,6 +28,7 @@ class _Deterministic:
 
 def _collect(pipeline: bool, **env_kw):
     from policies.mlp import MLPActorCritic, MLPConfig
+    from robo_rl.algorithms.advantages import GAE
     from robo_rl.rollout.collector import Collector
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 
@@ -35,10 +36,10 @@ def _collect(pipeline: bool, **env_kw):
     try:
         torch.manual_seed(0)
         policy = MLPActorCritic(MLPConfig(hidden=(32, 32)), env.obs_spec, env.action_spec)
-        col = Collector(env, _Deterministic(policy), 8, 0.9, 0.9, pipeline=pipeline)
+        col = Collector(env, _Deterministic(policy), 8, pipeline=pipeline)
         assert col.pipeline == pipeline and env.num_workers == 4
         col.reset(seed=11)
-        batches = [col.collect() for _ in range(2)]
+        batches = [(GAE(0.9, 0.9)(traj), n) for traj, n in (col.collect() for _ in range(2))]
         return batches, col.stats.episodes
     finally:
         env.close()

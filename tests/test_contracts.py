@@ -20,7 +20,7 @@ import torch
 
 from robo_rl.build import build_algorithm, build_policy
 from robo_rl.capabilities import TeacherGuided
-from robo_rl.contracts import Algorithm, Policy, StepResult, VecEnv
+from robo_rl.contracts import Algorithm, OnPolicyAlgorithm, Policy, StepResult, VecEnv
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 from robo_rl.rollout.collector import Collector
 from tests.conftest import REPO
@@ -110,7 +110,7 @@ def _check_policy(name: str, kwargs: dict, image_size: int) -> None:
     torch.manual_seed(0)
     policy = build_policy(POLICIES.get(name).Config(**kwargs), env.obs_spec, env.action_spec)
     assert isinstance(policy, Policy)
-    col = Collector(env, policy, steps=4, gamma=0.9, lam=0.9)
+    col = Collector(env, policy, steps=4)
     tobs = col.reset(seed=1)
     with torch.no_grad():
         out = policy.act(tobs)
@@ -118,9 +118,11 @@ def _check_policy(name: str, kwargs: dict, image_size: int) -> None:
         assert a.shape[0] == 2 and a.shape[-1] == 7 and a.ndim in (2, 3)
         lp, ent, v = policy.evaluate(tobs, out.extras)
         assert lp.shape == (2,) and ent.shape[0] == 2 and policy.value(tobs).shape == (2,)
-    batch, steps = col.collect()
-    assert steps >= 8 and batch.advantages.shape == batch.returns.shape and torch.isfinite(batch.advantages).all()
+    traj, steps = col.collect()
+    assert traj.values.shape == traj.rewards.shape == traj.success.shape == (4, 2)
     algo = build_algorithm(ALGORITHMS.get("ppo").Config(**ALGO_PRESETS["ppo"]), policy)
+    batch = algo.prepare(traj)
+    assert steps >= 8 and batch.advantages.shape == batch.returns.shape == (8,) and torch.isfinite(batch.advantages).all()
     losses = algo.update(batch)
     assert all(math.isfinite(v) for v in losses.values()), losses
 
@@ -141,11 +143,15 @@ def _check_algorithm(name: str, kwargs: dict) -> None:
     if isinstance(algo, TeacherGuided):
         teacher = build_policy(mlp, env.obs_spec, env.action_spec)
         algo.set_teacher(teacher, env.action_spec.shape, env.action_spec.shape)
-    col = Collector(env, policy, steps=4, gamma=0.9, lam=0.9)
+    col = Collector(env, policy, steps=4)
     col.reset(seed=1)
-    batch, _ = col.collect()
-    # an offline algorithm (BC) takes (observations, actions) batches; the others the rollout batch
-    losses = algo.update((dict(batch.obs), batch.extras["action"]) if getattr(algo, "offline", False) else batch)
+    traj, _ = col.collect()
+    # an offline algorithm (BC) takes (observations, actions) batches; the others prepare their rollout batch
+    if getattr(algo, "offline", False):
+        losses = algo.update((dict(traj.flatten().obs), traj.flatten().extras["action"]))
+    else:
+        assert isinstance(algo, OnPolicyAlgorithm)
+        losses = algo.update(algo.prepare(traj))
     assert losses and all(math.isfinite(v) for v in losses.values()), losses
     state = algo.state_dict()
     algo.load_state_dict(state)

@@ -36,9 +36,9 @@ def _cfg(*overrides):
 
 def _setup(cfg):
     """(policy, obs spec, action spec, a batch of N transitions the policy could have collected)."""
+    from robo_rl.batch import RolloutBatch
     from robo_rl.build import build_policy
     from robo_rl.contracts import ArraySpec
-    from robo_rl.rollout.buffer import RolloutBatch
 
     torch.manual_seed(0)
     obs_spec = {"state": ArraySpec((OBS,), "float32")}

@@ -12,9 +12,9 @@ import torch
 
 from policies.mlp import MLPActorCritic, MLPConfig
 from robo_rl.algorithms.opd import OPD, OPDConfig, opd_advantages
+from robo_rl.batch import RolloutBatch
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
-from robo_rl.rollout.buffer import RolloutBatch
 
 OBS = {"state": ArraySpec((4,), "float32")}
 ACT = ArraySpec((2,), "float32", -1.0, 1.0)

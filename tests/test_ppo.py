@@ -29,7 +29,7 @@ def test_value_loss_unclipped_when_disabled():
 
 
 def _toy_batch(n=64):
-    from robo_rl.rollout.buffer import RolloutBatch
+    from robo_rl.batch import RolloutBatch
 
     g = torch.Generator().manual_seed(0)
     obs = {"state": torch.randn(n, 4, generator=g)}

@@ -12,9 +12,9 @@ import torch
 from policies.mlp import MLPActorCritic, MLPConfig
 from robo_rl.algorithms.ppo import PPO, PPOConfig
 from robo_rl.algorithms.rpd import RPD, RPDConfig
+from robo_rl.batch import RolloutBatch
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
-from robo_rl.rollout.buffer import RolloutBatch
 from tests.conftest import run_cli
 
 OBS = {"state": ArraySpec((4,), "float32")}

@@ -1,4 +1,5 @@
-"""Advantage estimators.
+"""Advantage estimators: an algorithm turns collected ``Trajectories`` into the ``RolloutBatch`` it
+trains on with one of these (registered in ``ADVANTAGES``; the algorithm's config names it).
 
 GAE with correct handling of the two ways an episode ends:
 * terminated: the next state's value is 0 (no bootstrap);
@@ -9,7 +10,12 @@ In both cases the recursion does not carry advantages across the episode boundar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
 import torch
+
+from robo_rl.batch import RolloutBatch, Trajectories
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
@@ -35,3 +41,40 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
         running = deltas[t] + gamma * lam * (1.0 - done[t]) * running
         adv[t] = running
     return adv, adv + values
+
+
+@runtime_checkable
+class AdvantageEstimator(Protocol):
+    """Turns (T, B) trajectories into the flat batch an update consumes (advantages and returns (N,))."""
+
+    def __call__(self, traj: Trajectories) -> RolloutBatch: ...
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> AdvantageEstimator:
+        """The estimator an algorithm config (``cfg.gamma``, ``cfg.gae_lambda``, ...) asks for."""
+        ...
+
+
+@dataclass(frozen=True)
+class GAE:
+    """Generalized advantage estimation with a critic (``gae`` above).
+
+    gamma: discount in (0, 1]; lam: GAE lambda in [0, 1]; bootstrap_on_terminated: a terminated step
+    bootstraps from V(final_obs) like a truncated one (the recursion is still cut at the boundary).
+    """
+
+    gamma: float
+    lam: float
+    bootstrap_on_terminated: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> GAE:
+        return cls(cfg.gamma, cfg.gae_lambda, cfg.bootstrap_on_terminated)
+
+    def __call__(self, traj: Trajectories) -> RolloutBatch:
+        term, trunc = traj.terminated, traj.truncated
+        if self.bootstrap_on_terminated:
+            term, trunc = torch.zeros_like(term), term | trunc
+        adv, ret = gae(traj.rewards, traj.values, traj.next_values, term, trunc, self.gamma, self.lam)
+        return traj.flatten(adv, ret)
+

@@ -21,10 +21,10 @@ import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import TokenScorer, require
 from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
-from robo_rl.rollout.buffer import RolloutBatch
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,10 @@ class OPD:
             raise ConfigError("the teacher's tokens differ from the student's in " + ", ".join(
                 f"{k} (teacher {ts.get(k)!r}, student {ss.get(k)!r})" for k in diff[:4]) + "; OPD needs the same tokenizer")
         self.teacher = teacher
+
+    def prepare(self, traj: Trajectories) -> RolloutBatch:
+        """The flat transitions; OPD's per-token advantages come from the teacher at update time."""
+        return traj.flatten()
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         if self.teacher is None:

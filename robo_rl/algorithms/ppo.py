@@ -8,11 +8,13 @@ from typing import Any, Literal
 
 import torch
 
+from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import SeparateCritic
 from robo_rl.config import check_ranges, ranged
-from robo_rl.rollout.buffer import RolloutBatch
+from robo_rl.registry import ADVANTAGES
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class PPOConfig:
     """Discount factor. Range: in (0, 1]."""
     gae_lambda: float = ranged(0.9, ge=0, le=1)
     """GAE lambda. Range: in [0, 1]."""
+    advantage: str = "gae"
+    """Advantage estimator (a name in ``robo_rl.registry.ADVANTAGES``)."""
     clip_coef: float = ranged(0.2, gt=0)
     """Surrogate ratio clip. Range: > 0."""
     clip_value: float | None = ranged(0.2, gt=0)
@@ -64,6 +68,7 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check_ranges(self, "algo")
+        ADVANTAGES.check(self.advantage)
 
 
 def _regression(pred: torch.Tensor, target: torch.Tensor, huber_delta: float | None) -> torch.Tensor:
@@ -113,6 +118,7 @@ class PPO:
         self.calls: PolicyCalls = LocalCalls(policy)
         self.optimizer = torch.optim.Adam(self._param_groups(cfg, policy), lr=cfg.lr, eps=1e-5)
         self.generator = generator
+        self.estimator: AdvantageEstimator = ADVANTAGES.get(cfg.advantage).from_config(cfg)
         self.updates = 0
         value_ids = {id(p) for p in policy.value_parameters()} if isinstance(policy, SeparateCritic) else None
         self._actor_params = [p for p in policy.parameters() if value_ids is not None and id(p) not in value_ids]
@@ -126,6 +132,10 @@ class PPO:
         value_ids = {id(p) for p in policy.value_parameters()}
         return [{"params": [p for p in params if id(p) not in value_ids], "base_lr": cfg.lr},
                 {"params": [p for p in params if id(p) in value_ids], "lr": cfg.value_lr, "base_lr": cfg.value_lr}]
+
+    def prepare(self, traj: Trajectories) -> RolloutBatch:
+        """Advantages and returns of the collected (T, B) trajectories from ``cfg.advantage``."""
+        return self.estimator(traj)
 
     def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         """A term added to each minibatch's actor loss, with its logged terms (PPO: none)."""

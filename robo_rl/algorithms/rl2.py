@@ -23,7 +23,7 @@ the standardized return-to-go (``"return"``); the return is the sparse success r
 
 The failure predictor p_fail is a classifier on the prefix features trained on the same logs (label:
 the episode failed); its AUROC is reported.
-Shapes: x (B, T, A); t (B,); z (B, T, D); features (B, F).
+Shapes: x (B, H, A); t (B,); z (B, H, D); features (B, F).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class SteeringConfig:
 
 
 class VelocityHead(nn.Module):
-    """v_phi(x_t, t, z): per action token, an MLP on [x_t token, z token, t] -> (B, T, A). The output
+    """v_phi(x_t, t, z): per action token, an MLP on [x_t token, z token, t] -> (B, H, A). The output
     layer starts at zero, so an untrained head leaves the VLA unchanged."""
 
     def __init__(self, action_dim: int, latent_dim: int, hidden: int) -> None:
@@ -127,11 +127,11 @@ class ShiftHead(nn.Module):
         return self.cond(x, t, torch.cat([z.float(), torch.full_like(z[..., :1], flag, dtype=torch.float32)], -1))
 
     def weighted(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """h_w (B, T, A)."""
+        """h_w (B, H, A)."""
         return self._flagged(x, t, z, 1.0) if self.shared else self.h_weighted(x, t, z)
 
     def reference(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """h_1 (B, T, A)."""
+        """h_1 (B, H, A)."""
         return self._flagged(x, t, z, -1.0) if self.shared else self.h_reference(x, t, z)
 
     def load_state_dict(self, state: Any, strict: bool = True, assign: bool = False) -> Any:
@@ -147,10 +147,10 @@ class MeanShiftHead(nn.Module):
     """The "mean" steering head: advantage-weighted regression of the logged chunk's mean, m_w(f), and the
     plain regression m_1(f), one MLP on the pooled prefix f (B, F) with a +1 / -1 flag input whose weights
     start at zero (as ``ShiftHead``: equal weights leave m_w = m_1 exactly). Its velocity is constant over
-    the denoising steps, v_phi = -(m_w - m_1) (B, T, A), so the ODE's Euler steps (dt summing to -1) add
+    the denoising steps, v_phi = -(m_w - m_1) (B, H, A), so the ODE's Euler steps (dt summing to -1) add
     +beta * (m_w - m_1) to the chunk, before the frozen field's response. Regressing the clean chunk has
     none of flow matching's noise-target variance, which buried the shift in the velocity head's fit.
-    ``mask`` (T, A) keeps the executed steps' real action dims (the rest stays exactly 0)."""
+    ``mask`` (H, A) keeps the executed steps' real action dims (the rest stays exactly 0)."""
 
     def __init__(self, features: int, mask: torch.Tensor, hidden: int) -> None:
         super().__init__()
@@ -162,17 +162,17 @@ class MeanShiftHead(nn.Module):
             self.net[0].weight[:, features].zero_()  # the flag's column
 
     def mean(self, f: torch.Tensor, flag: float) -> torch.Tensor:
-        """m_w (flag +1) or m_1 (flag -1): (B, T, A) predicted normalized chunk."""
+        """m_w (flag +1) or m_1 (flag -1): (B, H, A) predicted normalized chunk."""
         x = torch.cat([f.float(), torch.full_like(f[:, :1], flag, dtype=torch.float32)], -1)
         return self.net(x).view(f.shape[0], *self.mask.shape) * self.mask
 
     def shift(self, f: torch.Tensor) -> torch.Tensor:
-        """m_w - m_1 (B, T, A)."""
+        """m_w - m_1 (B, H, A)."""
         return self.mean(f, 1.0) - self.mean(f, -1.0)
 
     def loss(self, f: torch.Tensor, actions: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Weighted MSE of m_w plus plain MSE of m_1 to the normalized chunks ``actions`` (B, T, A);
-        ``valid`` (B, T, A) marks real elements."""
+        """Weighted MSE of m_w plus plain MSE of m_1 to the normalized chunks ``actions`` (B, H, A);
+        ``valid`` (B, H, A) marks real elements."""
         def mse(pred: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             per_row = ((pred - actions) ** 2 * valid).flatten(1).sum(-1) / valid.flatten(1).sum(-1).clamp_min(1.0)
             return (w * per_row).sum() / w.sum().clamp_min(1e-8)
@@ -209,7 +209,7 @@ def advantage_weights(advantages: torch.Tensor, temperature: float, max_weight: 
 
 def awfm_loss(v_vla: torch.Tensor, v_phi: torch.Tensor, noise: torch.Tensor, actions: torch.Tensor,
               weights: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
-    """Advantage-weighted flow matching of the composed velocity; ``mask`` (B, T, A) keeps real
+    """Advantage-weighted flow matching of the composed velocity; ``mask`` (B, H, A) keeps real
     elements. v_vla is treated as a constant (the VLA is frozen)."""
     err = (v_vla.detach() + beta * v_phi - (noise - actions)) ** 2 * mask
     per_row = err.flatten(1).sum(-1) / mask.flatten(1).sum(-1).clamp_min(1.0)

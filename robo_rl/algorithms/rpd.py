@@ -19,9 +19,9 @@ from typing import Any, Literal
 import torch
 
 from robo_rl.algorithms.ppo import PPO, PPOConfig
+from robo_rl.batch import RolloutBatch
 from robo_rl.config import ranged
 from robo_rl.errors import ConfigError
-from robo_rl.rollout.buffer import RolloutBatch
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def measure(task: str, workers: int, chunk: int, calls: int, rounds: int, image_
     try:
         spec = envs["blind"].action_spec
         rng = np.random.default_rng(0)
-        acts = rng.uniform(spec.low, spec.high, (calls, workers, chunk, *spec.shape)).astype(np.float32)
+        acts = rng.uniform(*spec.bounds(), (calls, workers, chunk, *spec.shape)).astype(np.float32)
         out: dict[str, list[float]] = {name: [] for name in envs}
         for env in envs.values():
             env.reset(seed=0)

@@ -67,7 +67,7 @@ def measure(task: str, obs_mode: str, control_mode: str, workers: int, steps: in
                                           context="spawn", autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     inproc = _raw_env(task, obs_mode, control_mode) if workers == 1 else None
     rng = np.random.default_rng(0)
-    low, high = ours.action_spec.low, ours.action_spec.high
+    low, high = ours.action_spec.bounds()
     actions = rng.uniform(low, high, size=(steps, workers, *ours.action_spec.shape)).astype(np.float32)
     ours.reset(seed=0)
     raw_async.reset(seed=0)

@@ -51,7 +51,7 @@ def per_call(fn: Callable[[], Any], calls: int = 20) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="robo-rl bench rollout", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="PushCube-v1")
@@ -71,11 +71,83 @@ def main(argv: list[str] | None = None) -> int:
     check_min(ap, args, 0, "scene_workers", "env_cpus", "policy_cpus")
     if args.num_envs < 2:
         ap.error(f"--num-envs {args.num_envs} must be >= 2 (the pipeline needs >= 2 env workers)")
+    return args
+
+
+def _measure(env: Any, policy: Any, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Per round: per-call times of the env (all workers, each group) and the policy (whole, half batch), and
+    the serial and pipelined collection rates."""
+    from robo_rl.boundary import obs_to_torch
+    from robo_rl.rollout.collector import Collector
+
+    cols = [Collector(env, policy, args.steps, pipeline=p) for p in (False, True)]
+    obs, _ = env.reset(seed=0)
+    zeros = np.zeros((env.num_envs, *env.action_spec.shape), np.float32)
+    n = env.num_workers
+    group = list(range(n // 2))  # the pipeline's first group of workers, and its rows
+    other = list(range(n // 2, n))
+    rows = torch.as_tensor([r for w in group for r in env.worker_rows[w]])
+
+    def step_group(workers: list[int]) -> None:
+        env.step_async(zeros, workers)
+        env.step_wait()
+
+    t_env, t_pol, t_env_g, t_env_o, t_pol_h, r_serial, r_pipe = [], [], [], [], [], [], []
+    for _ in range(args.rounds):
+        t_env.append(per_call(lambda: env.step(zeros)))
+        obs = env.step(zeros).obs
+        t_env_g.append(per_call(lambda: step_group(group)))
+        t_env_o.append(per_call(lambda: step_group(other)))
+        tobs = obs_to_torch(obs)
+        half = {k: v[rows] for k, v in tobs.items() if isinstance(v, torch.Tensor)}
+        with torch.no_grad():
+            t_pol.append(per_call(lambda o=tobs: policy.act(o)))
+            t_pol_h.append(per_call(lambda o=half: policy.act(o)))
+        rate, tobs = collect_rate(cols[0], obs_to_torch(obs))
+        r_serial.append(rate)
+        rate, tobs = collect_rate(cols[1], tobs)
+        r_pipe.append(rate)
+        obs = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tobs.items()}
+    return {"env": t_env, "policy": t_pol, "env_group": t_env_g, "env_other": t_env_o, "policy_half": t_pol_h,
+            "serial": r_serial, "pipelined": r_pipe}
+
+
+def _report(env: Any, args: argparse.Namespace, t: dict[str, list[float]]) -> None:
+    """The timings, the limit and the two-group bound, and the two collection rates against them."""
+    t_env, t_pol, t_env_g, t_env_o, t_pol_h = t["env"], t["policy"], t["env_group"], t["env_other"], t["policy_half"]
+    r_serial, r_pipe = t["serial"], t["pipelined"]
+    t_all, tp = statistics.median(t_env), statistics.median(t_pol)
+    tg, to, th = statistics.median(t_env_g), statistics.median(t_env_o), statistics.median(t_pol_h)
+    t_turns = tg + to
+    # t_env: the fastest the env side steps every env once, all workers at once or the two groups in
+    # turn (on fewer cores than workers, workers time-sharing a core can be slower than taking turns)
+    te = min(t_all, t_turns)
+    limit = env.num_envs / max(te, tp)
+    # two groups in turn: a full step of all envs takes at least max(group 0's env step, the policy on
+    # half the batch) + the same for group 1; it equals the limit only if both halve with the batch
+    bound = env.num_envs / (max(tg, th) + max(to, th))
+    s, p = statistics.median(r_serial), statistics.median(r_pipe)
+    print(f"{args.task}, {env.num_envs} envs in {env.num_workers} "
+          f"{'batched-scene' if env._impl.batched else 'single-env'} workers ({args.backend} physics), policy MLP {args.hidden}, "
+          f"torch threads {torch.get_num_threads()}; env workers on CPUs "
+          f"{args.env_cpus or 'any'}, policy on CPUs {args.policy_cpus or 'any'}")
+    print(f"t_env {te * 1e3:.2f} ms (all workers at once {t_all * 1e3:.2f}, the two groups in turn "
+          f"{t_turns * 1e3:.2f}), t_policy {tp * 1e3:.2f} ms per step of all envs (t_env / t_policy "
+          f"{te / tp:.2f}); one group's env step "
+          f"{tg * 1e3:.2f} ms, policy on half the batch {th * 1e3:.2f} ms ({th / tp:.2f} of the whole)")
+    print(f"{'':>16} {'env steps/s':>12} {'/ limit':>8}")
+    print(f"{'limit':>16} {limit:12.1f} {1.0:8.2f}")
+    print(f"{'two-group bound':>16} {bound:12.1f} {bound / limit:8.2f}")
+    print(f"{'serial':>16} {s:12.1f} {s / limit:8.2f}")
+    print(f"{'pipelined':>16} {p:12.1f} {p / limit:8.2f}")
+    print(f"pipelined / serial = {p / s:.2f}; pipelined / two-group bound = {p / bound:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
     from policies.mlp import MLPActorCritic, MLPConfig
     from robo_rl.affinity import pin_process
-    from robo_rl.boundary import obs_to_torch
     from robo_rl.errors import RoboRLError
-    from robo_rl.rollout.collector import Collector
     from sims.maniskill.env import ManiSkillConfig, ManiSkillVecEnv
 
     if args.policy_cpus is not None:
@@ -89,59 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if env.num_workers < 2:
             raise RoboRLError("bench rollout needs >= 2 env workers (--num-envs >= 2)")
         policy = MLPActorCritic(MLPConfig(hidden=tuple(args.hidden)), env.obs_spec, env.action_spec).eval()
-        cols = [Collector(env, policy, args.steps, 0.99, 0.95, pipeline=p) for p in (False, True)]
-        obs, _ = env.reset(seed=0)
-        zeros = np.zeros((env.num_envs, *env.action_spec.shape), np.float32)
-        n = env.num_workers
-        group = list(range(n // 2))  # the pipeline's first group of workers, and its rows
-        other = list(range(n // 2, n))
-        rows = torch.as_tensor([r for w in group for r in env.worker_rows[w]])
-
-        def step_group(workers: list[int]) -> None:
-            env.step_async(zeros, workers)
-            env.step_wait()
-
-        t_env, t_pol, t_env_g, t_env_o, t_pol_h, r_serial, r_pipe = [], [], [], [], [], [], []
-        for _ in range(args.rounds):
-            t_env.append(per_call(lambda: env.step(zeros)))
-            obs = env.step(zeros).obs
-            t_env_g.append(per_call(lambda: step_group(group)))
-            t_env_o.append(per_call(lambda: step_group(other)))
-            tobs = obs_to_torch(obs)
-            half = {k: v[rows] for k, v in tobs.items() if isinstance(v, torch.Tensor)}
-            with torch.no_grad():
-                t_pol.append(per_call(lambda o=tobs: policy.act(o)))
-                t_pol_h.append(per_call(lambda o=half: policy.act(o)))
-            rate, tobs = collect_rate(cols[0], obs_to_torch(obs))
-            r_serial.append(rate)
-            rate, tobs = collect_rate(cols[1], tobs)
-            r_pipe.append(rate)
-            obs = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tobs.items()}
-        t_all, tp = statistics.median(t_env), statistics.median(t_pol)
-        tg, to, th = statistics.median(t_env_g), statistics.median(t_env_o), statistics.median(t_pol_h)
-        t_turns = tg + to
-        # t_env: the fastest the env side steps every env once, all workers at once or the two groups in
-        # turn (on fewer cores than workers, workers time-sharing a core can be slower than taking turns)
-        te = min(t_all, t_turns)
-        limit = env.num_envs / max(te, tp)
-        # two groups in turn: a full step of all envs takes at least max(group 0's env step, the policy on
-        # half the batch) + the same for group 1; it equals the limit only if both halve with the batch
-        bound = env.num_envs / (max(tg, th) + max(to, th))
-        s, p = statistics.median(r_serial), statistics.median(r_pipe)
-        print(f"{args.task}, {env.num_envs} envs in {env.num_workers} "
-              f"{'batched-scene' if env._impl.batched else 'single-env'} workers ({args.backend} physics), policy MLP {args.hidden}, "
-              f"torch threads {torch.get_num_threads()}; env workers on CPUs "
-              f"{args.env_cpus or 'any'}, policy on CPUs {args.policy_cpus or 'any'}")
-        print(f"t_env {te * 1e3:.2f} ms (all workers at once {t_all * 1e3:.2f}, the two groups in turn "
-              f"{t_turns * 1e3:.2f}), t_policy {tp * 1e3:.2f} ms per step of all envs (t_env / t_policy "
-              f"{te / tp:.2f}); one group's env step "
-              f"{tg * 1e3:.2f} ms, policy on half the batch {th * 1e3:.2f} ms ({th / tp:.2f} of the whole)")
-        print(f"{'':>16} {'env steps/s':>12} {'/ limit':>8}")
-        print(f"{'limit':>16} {limit:12.1f} {1.0:8.2f}")
-        print(f"{'two-group bound':>16} {bound:12.1f} {bound / limit:8.2f}")
-        print(f"{'serial':>16} {s:12.1f} {s / limit:8.2f}")
-        print(f"{'pipelined':>16} {p:12.1f} {p / limit:8.2f}")
-        print(f"pipelined / serial = {p / s:.2f}; pipelined / two-group bound = {p / bound:.2f}")
+        _report(env, args, _measure(env, policy, args))
     finally:
         env.close()
     return 0

@@ -27,7 +27,7 @@ def _sync(device: str) -> None:
 
 
 def _methods(policy: Any, obs: dict[str, Any], x0: torch.Tensor) -> dict[str, Any]:
-    """name -> () -> (B, T, A) chunk, each the K-step ODE from x0."""
+    """name -> () -> (B, H, A) chunk, each the K-step ODE from x0."""
     from vla.pi0.sampling import SamplerConfig, sample, step_times
 
     model, ode, mask = policy.model, SamplerConfig("ode"), policy.log_prob_mask()

@@ -99,7 +99,7 @@ def collect_rates(env: Any, policy: Any, steps: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     for mode in ("serial", "pipelined"):
-        col = Collector(env, policy, steps, 0.99, 0.95, pipeline=mode == "pipelined")
+        col = Collector(env, policy, steps, pipeline=mode == "pipelined")
         if mode == "pipelined" and not col.pipeline:
             break
         col.reset(seed=0)
@@ -142,7 +142,7 @@ def run_one(args: argparse.Namespace, policy: Any, num_envs: int) -> dict[str, A
                 actions = policy.act(obs, deterministic=False).actions.float().cpu().numpy()
             sync()
             t1 = time.perf_counter()
-            obs = env.step(np.clip(actions, env.action_spec.low, env.action_spec.high)).obs
+            obs = env.step(np.clip(actions, *env.action_spec.bounds())).obs
             t2 = time.perf_counter()
             if i >= 2:
                 t_pol.append(t1 - t0)

@@ -14,27 +14,45 @@ from robo_rl.errors import RoboRLError
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-
     import torch
 
     from robo_rl import checkpoint as ckpt_io
-    from robo_rl.build import build_env, build_policy, with_num_envs
-    from robo_rl.config import apply_overrides, from_dict
-    from robo_rl.errors import ConfigError
-    from robo_rl.run_config import TrainConfig
-    from robo_rl.runners.evaluate import evaluate_policy, save_video
 
     ckpt_io.allow_large_models(args.allow_large)
     if args.report or args.compare:
-        from robo_rl.eval.report import write_report
+        return _eval_report(args)
+    _check_eval_args(args)
+    torch.set_num_threads(1)
+    if args.benchmark:
+        return _eval_benchmark(args)
+    if args.via_ros:
+        from real_robot.sim_eval import evaluate_over_ros
 
-        if not args.report:  # robo-rl eval --compare A.json B.json
-            if len(args.compare) != 2:
-                raise RoboRLError("--compare without --report takes two results files: --compare A.json B.json")
-            args.report, args.compare = args.compare[:1], args.compare[1:]
-        md = write_report(args.report, args.compare, args.report_out, html=args.html)
-        print(json.dumps({"report": str(md), **({"html": args.html} if args.html else {})}))
+        out_ros = evaluate_over_ros(args.checkpoint, args.via_ros, args.episodes, args.seed)
+        print(f"success {out_ros['success_rate']:.3f} (95% CI [{out_ros['ci95_low']:.3f}, {out_ros['ci95_high']:.3f}]) "
+              f"over {out_ros['episodes']} episodes via ROS 2", file=sys.stderr)
+        emit_eval(out_ros, args.out)
         return 0
+    return _eval_plain(args)
+
+
+def _eval_report(args: argparse.Namespace) -> int:
+    """``--report RESULTS [--compare OTHER] [--html]`` or ``--compare A B``: the benchmark report."""
+    from robo_rl.eval.report import write_report
+
+    if not args.report:  # robo-rl eval --compare A.json B.json
+        if len(args.compare) != 2:
+            raise RoboRLError("--compare without --report takes two results files: --compare A.json B.json")
+        args.report, args.compare = args.compare[:1], args.compare[1:]
+    md = write_report(args.report, args.compare, args.report_out, html=args.html)
+    print(json.dumps({"report": str(md), **({"html": args.html} if args.html else {})}))
+    return 0
+
+
+def _check_eval_args(args: argparse.Namespace) -> None:
+    """One-line errors for flag combinations that cannot work, before anything is built."""
+    from robo_rl.errors import ConfigError
+
     if args.html:
         raise RoboRLError("--html writes the report of benchmark results: use it with --report RESULTS_JSON "
                           "[--compare OTHER_JSON]")
@@ -53,45 +71,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if plain_only and args.benchmark:
         raise ConfigError(f"{', '.join(plain_only)} apply to the plain evaluation; --benchmark evaluates greedy actions "
                           "and records media with --media")
+    if args.benchmark and not args.out:
+        raise RoboRLError("--benchmark needs --out RESULTS_JSON")
     if args.video and not args.no_video:
         from robo_rl.eval.plots import check_video_path
 
         check_video_path(args.video)  # a bad name fails now, not after the episodes
-    torch.set_num_threads(1)
-    if args.benchmark:
-        from robo_rl.eval.benchmark import evaluate_benchmark
 
-        if not args.out:
-            raise RoboRLError("--benchmark needs --out RESULTS_JSON")
-        t0 = time.monotonic()
-        res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None,
-                                 args.seed, block=args.block, task=args.task, strengths=tuple(args.strengths),
-                                 media=args.media)
-        minutes = (time.monotonic() - t0) / 60
-        n_eps = sum(t["episodes"] for t in res["tasks"].values())
-        print(f"{args.benchmark}: {n_eps} episodes, {minutes:.2f} min in this call = {n_eps / max(minutes, 1e-9):.1f} "
-              "episodes/min (resumed blocks count as episodes but took no time)", file=sys.stderr)
-        print(json.dumps({"out": args.out, "aggregate": res["aggregate"],
-                          "tasks": {k: v["success_rate"] for k, v in res["tasks"].items()}}, indent=2))
-        return 0
-    if args.via_ros:
-        from real_robot.sim_eval import evaluate_over_ros
 
-        out_ros = evaluate_over_ros(args.checkpoint, args.via_ros, args.episodes, args.seed)
-        print(f"success {out_ros['success_rate']:.3f} (95% CI [{out_ros['ci95_low']:.3f}, {out_ros['ci95_high']:.3f}]) "
-              f"over {out_ros['episodes']} episodes via ROS 2", file=sys.stderr)
-        emit_eval(out_ros, args.out)
-        return 0
-    from robo_rl.build import check_model_size, load_run
+def _eval_benchmark(args: argparse.Namespace) -> int:
+    from robo_rl.eval.benchmark import evaluate_benchmark
+
+    t0 = time.monotonic()
+    res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None,
+                             args.seed, block=args.block, task=args.task, strengths=tuple(args.strengths),
+                             media=args.media)
+    minutes = (time.monotonic() - t0) / 60
+    n_eps = sum(t["episodes"] for t in res["tasks"].values())
+    print(f"{args.benchmark}: {n_eps} episodes, {minutes:.2f} min in this call = {n_eps / max(minutes, 1e-9):.1f} "
+          "episodes/min (resumed blocks count as episodes but took no time)", file=sys.stderr)
+    print(json.dumps({"out": args.out, "aggregate": res["aggregate"],
+                      "tasks": {k: v["success_rate"] for k, v in res["tasks"].items()}}, indent=2))
+    return 0
+
+
+def _eval_plain(args: argparse.Namespace) -> int:
+    """The checkpoint's own env (with ``env.*``/``policy.*`` overrides): success, CI, video."""
+    import torch
+
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.build import build_env, build_policy, check_model_size, load_run, with_num_envs
+    from robo_rl.config import apply_overrides, from_dict
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.evaluate import evaluate_policy, save_video
 
     run = load_run(args.checkpoint)
     ckpt, cfg = run.ckpt, run.config
     if args.overrides:  # a bad key or value is the override's fault: its own one-line error
         cfg = from_dict(TrainConfig, apply_overrides(run.meta["config"], args.overrides))
     check_model_size(cfg.policy, run.obs_spec, run.action_spec, f"checkpoint '{ckpt}'")
-    env_cfg = cfg.env
-    if args.num_envs:
-        env_cfg = with_num_envs(env_cfg, args.num_envs)
+    env_cfg = with_num_envs(cfg.env, args.num_envs) if args.num_envs else cfg.env
     env = build_env(env_cfg, render=not args.no_video)
     try:
         policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)

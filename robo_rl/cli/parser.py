@@ -36,11 +36,7 @@ def _tau_arg(text: str) -> float | str:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robo-rl", description="RL post-training of robot policies.")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True)
-
+def _add_train(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="train a policy from a YAML config")
     t.add_argument("config", nargs="?", help="YAML config, e.g. configs/quickstart.yaml")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.lr=3e-4 env.num_envs=4")
@@ -52,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the run's whole summary.json at the end instead of the short summary")
     t.set_defaults(fn=cmd_train)
 
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("eval", help="evaluate a run or checkpoint (or a benchmark of it; or report benchmark results)")
     e.add_argument("checkpoint", nargs="?", help="run directory or checkpoints/step_* directory; with --benchmark also "
                    "'random' or 'expert' (reference policies: uniform actions, the simulator's scripted expert)")
@@ -84,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build the checkpoint's model even above 100M parameters")
     e.set_defaults(fn=cmd_eval)
 
+
+def _add_checkpoint(sub: argparse._SubParsersAction) -> None:
     ck = sub.add_parser("checkpoint", help="checkpoint utilities")
     cksub = ck.add_subparsers(dest="checkpoint_command", required=True)
     up = cksub.add_parser("upgrade", help="convert a run's pickled trainer.pt (older robo-rl) to trainer."
@@ -92,10 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run directory (every checkpoint) or one checkpoints/step_* directory")
     up.set_defaults(fn=cmd_checkpoint)
 
+
+def _add_info(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser("info", help="what is registered and which simulator backends work here")
     i.add_argument("--json", action="store_true")
     i.set_defaults(fn=cmd_info)
 
+
+def _add_demos(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("demos", help="expert demonstrations")
     dsub = d.add_subparsers(dest="demos_command", required=True)
     g = dsub.add_parser("generate", help="record expert demonstrations (ManiSkill motion planning, LIBERO scripted) to a robo-rl episodes file")
@@ -138,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recordings: mark every episode successful (default: unknown, stored as not)")
     c.set_defaults(fn=cmd_demos_convert)
 
+
+def _add_deploy(sub: argparse._SubParsersAction) -> None:
     dp = sub.add_parser("deploy", help="serve a trained policy on a ROS 2 robot (safety-filtered)")
     dp.add_argument("checkpoint", help="run directory or checkpoints/step_* directory")
     dp.add_argument("--robot", required=True, help="robot config, e.g. configs/robots/panda_sim.yaml")
@@ -155,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="build the checkpoint's model even above 100M parameters")
     dp.set_defaults(fn=cmd_deploy)
 
+
+def _add_vla(sub: argparse._SubParsersAction) -> None:
     v = sub.add_parser("vla", help="VLA model utilities")
     vsub = v.add_subparsers(dest="vla_command", required=True)
     bm = vsub.add_parser("build-mini", help="assemble the mini OpenVLA-style model (SmolLM2-135M + MobileNetV2) offline")
@@ -164,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--llm-layers", type=int, default=4, help="keep the first N of SmolLM2's 30 layers (4: CPU-sized; 30: all)")
     bm.set_defaults(fn=cmd_vla)
 
+
+def _add_steer(sub: argparse._SubParsersAction) -> None:
     st = sub.add_parser("steer", help="RL^2 latent steering of a flow (pi0) policy: collect logs, fit, evaluate")
     ssub = st.add_subparsers(dest="steer_command", required=True)
     sc = ssub.add_parser("collect", help="roll out the frozen base policy and log chunks, returns and failures")
@@ -223,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--allow-large", action="store_true",
                         help="build the checkpoint's model even above 100M parameters")
 
+
+def _add_curves(sub: argparse._SubParsersAction) -> None:
     cv = sub.add_parser("curves", help="compare seed groups of runs: binned learning curves with min-max bands")
     cv.add_argument("--group", action="append", required=True, help="LABEL=RUN_DIR[,RUN_DIR...] (repeat per group)")
     cv.add_argument("--metric", default="train/success_rate")
@@ -230,12 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--out", default="curves.png")
     cv.set_defaults(fn=cmd_curves)
 
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
     cp = sub.add_parser("compare", help="paired success difference of two evaluations on the same starts "
                                         "(JSON from 'eval' / 'steer eval' with the same seeds and --num-envs)")
     cp.add_argument("--a", nargs="+", required=True, help="evaluation JSON file(s) of policy A (several: concatenated)")
     cp.add_argument("--b", nargs="+", required=True, help="the matching file(s) of policy B, in the same order")
     cp.set_defaults(fn=cmd_compare)
 
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), "
                                      "sample (pi0 chunk sampling), ros (ROS 2 node latency), rollout (serial vs pipelined), "
                                      "scale (VLA-driven env batch: steps/s, GPU utilization), chunks (blind chunk steps vs "
@@ -243,4 +259,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", help="ppo | env | decode | sample | ros | rollout | scale | chunks")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
     b.set_defaults(fn=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="robo-rl", description="RL post-training of robot policies.")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+    _add_train(sub)
+    _add_eval(sub)
+    _add_checkpoint(sub)
+    _add_info(sub)
+    _add_demos(sub)
+    _add_deploy(sub)
+    _add_vla(sub)
+    _add_steer(sub)
+    _add_curves(sub)
+    _add_compare(sub)
+    _add_bench(sub)
     return p
+

@@ -228,7 +228,7 @@ class _LearnerLost(Exception):
 
 
 class RayLearners:
-    """The trainer's algorithm when ``cluster.num_learners`` > 0 (``update``, ``set_progress``,
+    """The trainer's algorithm when ``cluster.num_learners`` > 0 (``prepare``, ``update``, ``set_progress``,
     ``state_dict``, ``load_state_dict``, ``close``); ``policy`` is the driver's copy."""
 
     def __init__(self, cfg: Any, ray: Any, policy: Any, obs_spec: Any, action_spec: Any) -> None:
@@ -246,6 +246,12 @@ class RayLearners:
         self._progress: float | None = None
         self._algo_state: dict[str, Any] | None = None  # to start (again) from: restored or last checkpointed
         self._updates = 0  # completed updates (survives a restart of the group)
+        # the algorithm's own prepare() turns trajectories into the batch here, before it is sharded: an
+        # estimator may need whole trajectories (GAE's recursion, groups of episodes); the driver-side
+        # instance only prepares (its optimizer state is created lazily and never is)
+        from robo_rl.build import build_algorithm
+
+        self._prepare = build_algorithm(cfg.algo, policy).prepare
 
     # -- algorithm interface ---------------------------------------------------------------------
     def set_progress(self, fraction_done: float) -> None:
@@ -265,6 +271,10 @@ class RayLearners:
                 return self._algo_state  # type: ignore[return-value]
             except _LearnerLost as err:
                 self._restart(str(err))
+
+    def prepare(self, traj: Any) -> Any:
+        """The algorithm's batch (advantages, returns) of the collected (T, B) trajectories."""
+        return self._prepare(traj)
 
     def update(self, batch: Any) -> dict[str, float]:
         """Shard ``batch`` over the learners, update, and load learner 0's weights into the driver's policy."""

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_rl.batch import Trajectories
 from robo_rl.distributed.cluster import ClusterError, check_resources, connect
-from robo_rl.rollout.collector import concat_batches
 from robo_rl.rollout.stats import EpisodeStats
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ def split_envs(num_envs: int, workers: int) -> list[int]:
 class RolloutWorker:
     """One worker's envs + policy copy + collector (a plain object; ``ray.remote`` wraps it)."""
 
-    def __init__(self, cfg: Any, index: int, num_envs: int, seed: int, gamma: float, lam: float,
-                 bootstrap: bool) -> None:
+    def __init__(self, cfg: Any, index: int, num_envs: int, seed: int) -> None:
 
         from robo_rl.build import build_env, build_policy, with_num_envs
         from robo_rl.rollout.collector import Collector
@@ -54,8 +53,8 @@ class RolloutWorker:
         self.index = index
         self.env = build_env(with_num_envs(cfg.env, num_envs))
         self.policy = build_policy(cfg.policy, self.env.obs_spec, self.env.action_spec)
-        self.collector = Collector(self.env, self.policy, cfg.run.rollout_steps, gamma, lam, bootstrap,
-                                   cfg.run.reward_norm, cfg.run.pipeline)
+        self.collector = Collector(self.env, self.policy, cfg.run.rollout_steps, cfg.run.reward_norm,
+                                   getattr(cfg.algo, "gamma", 0.99), cfg.run.pipeline)
         self._seen = 0
 
     def specs(self) -> tuple[Any, Any]:
@@ -80,7 +79,7 @@ class RolloutWorker:
             self.collector.reward_scaler.load_state_dict(state)
 
     def collect(self) -> tuple[Any, int, list[tuple[float, int, float]], int]:
-        """(batch, env steps, episodes finished since the last call as (return, length, success), restarts
+        """(trajectories, env steps, episodes finished since the last call as (return, length, success), restarts
         of this worker's env subprocesses)."""
         batch, steps = self.collector.collect()
         st = self.collector.stats
@@ -145,15 +144,13 @@ class RayRollouts:
         self.workers: list[Any] = []
         self._weights: Any = None
         self._seed: int | None = None
-        self._args: tuple[float, float, bool] | None = None
         # specs from a throwaway local build would start a simulator here; the first worker reports them
         self.obs_spec: Any = None
         self.action_spec: Any = None
 
     # -- Collector interface -------------------------------------------------------------------
-    def configure(self, gamma: float, lam: float, bootstrap: bool) -> None:
+    def configure(self) -> None:
         """Start the workers (the trainer needs the env specs they report before it builds the policy)."""
-        self._args = (gamma, lam, bootstrap)
         self.workers = [self._spawn(k) for k in range(len(self.sizes))]
         self.obs_spec, self.action_spec = self.ray.get(self.workers[0].specs.remote())
 
@@ -167,7 +164,8 @@ class RayRollouts:
         self._weights = self.ray.put({k: v.detach().cpu() for k, v in policy.state_dict().items()})
         self._get([w.set_weights.remote(self._weights) for w in self.workers], "set_weights")
 
-    def collect(self) -> tuple[Any, int]:
+    def collect(self) -> tuple[Trajectories, int]:
+        """Every worker's (T, B_k) trajectories joined env-wise into (T, B), and the env steps taken."""
         outs = self._get([w.collect.remote() for w in self.workers], "collect")
         batches, steps = [], 0
         for k, (batch, n, episodes, env_restarts) in enumerate(outs):
@@ -176,7 +174,7 @@ class RayRollouts:
             self.env_restarts[k] = env_restarts
             for ret, length, success in episodes:
                 self.stats.add(ret, length, success)
-        return concat_batches(batches), steps
+        return Trajectories.cat(batches), steps
 
     def close(self) -> None:
         refs = [w.close.remote() for w in self.workers]
@@ -192,9 +190,8 @@ class RayRollouts:
     def _spawn(self, k: int) -> Any:
         cc = self.cfg.cluster
         remote = self.ray.remote(num_cpus=cc.cpus_per_worker, num_gpus=cc.gpus_per_worker, max_restarts=0)(RolloutWorker)
-        gamma, lam, bootstrap = self._args  # type: ignore[misc]
         seed = self.cfg.run.seed + 7919 * (k + 1) + 104_729 * self.restarts
-        return remote.remote(self.cfg, k, self.sizes[k], seed, gamma, lam, bootstrap)
+        return remote.remote(self.cfg, k, self.sizes[k], seed)
 
     def worker_pids(self) -> list[int]:
         return self.ray.get([w.pid.remote() for w in self.workers])

@@ -205,6 +205,57 @@ def _write(path: Path, results: dict[str, Any]) -> None:
                           "writable directory") from None
 
 
+def _open_results(path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    """The finished tasks' blocks of ``path`` when it holds this very evaluation (``header``), else {}
+    (creating its directory)."""
+    if path.is_dir():
+        raise ConfigError(f"--out '{path}' is a directory; pass a results file path, e.g. '{path / 'results.json'}'")
+    if path.is_file():
+        return _resumable(path, header)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RoboRLError(f"cannot create the directory of --out '{path}' ({err.strerror or err}); pass --out in a "
+                          "writable place") from None
+    return {}
+
+
+def _task_blocks(checkpoint: str, policy: Any, env_cfg: Any, todo: list[int], episodes: int, block: int,
+                 seed: int) -> Any:
+    """Yield (block index, [episodes, successes, return sum]) for each block in ``todo`` of one task;
+    block b's episodes start from seed ``seed + block * b``."""
+    from robo_rl.build import build_env
+    from robo_rl.runners.evaluate import evaluate_policy
+
+    if not todo:
+        return
+    if checkpoint == "expert":
+        for b in todo:
+            yield b, list(expert_block(env_cfg, min(block, episodes - b * block), seed + block * b))
+        return
+    env = build_env(env_cfg)
+    try:
+        for b in todo:
+            s_b = seed + block * b
+            pol = UniformRandomPolicy(env.action_spec, s_b) if checkpoint == "random" else policy
+            res = evaluate_policy(env, pol, min(block, episodes - b * block), seed=s_b, deterministic=True)
+            yield b, [res.episodes, res.successes, res.mean_return * res.episodes]
+    finally:
+        env.close()
+
+
+def _aggregate(tasks: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    """Over tasks: the mean with a stratified bootstrap over each task's episodes (rows = episodes), and the
+    IQM over the tasks' success rates (a point value; it needs several tasks to mean anything)."""
+    from robo_rl.eval.stats import aggregate
+
+    outcomes = np.stack([np.r_[np.ones(t["successes"]), np.zeros(t["episodes"] - t["successes"])] for t in tasks], axis=1)
+    agg = aggregate({"policy": outcomes}, seed=seed)["policy"]
+    iqm = aggregate({"policy": np.array([[t["success_rate"] for t in tasks]])}, reps=10, seed=seed)["policy"]["iqm"]
+    return {"mean": agg["mean"], "mean_low": agg["mean_low"], "mean_high": agg["mean_high"],
+            "iqm_over_tasks": iqm, "tasks": len(tasks)}
+
+
 def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_envs: int | None = None,
                        seed: int = 10_000, block: int = 10, task: str | None = None,
                        strengths: tuple[float, ...] = (1.0,), media: bool = False) -> dict[str, Any]:
@@ -213,9 +264,8 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     (``random`` or ``expert``, see ``robo_rl.eval.reference``; ``task`` picks the ManiSkill task).
     ``strengths``: multiples of the split's variations to sweep; ``media``: thumbnails and videos of a few
     episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert)."""
-    from robo_rl.build import build_env, load_run, policy_from_checkpoint
-    from robo_rl.eval.stats import aggregate, success_ci
-    from robo_rl.runners.evaluate import evaluate_policy
+    from robo_rl.build import load_run, policy_from_checkpoint
+    from robo_rl.eval.stats import success_ci
 
     bench = get_benchmark(name)
     if episodes < 1 or block < 1:
@@ -248,38 +298,14 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths],
         "task_set": list(envs), "env": _identity(train_env)}))
     results: dict[str, Any] = {**header, "environment": _environment(bench.sim, next(iter(envs.values()))[0]),
-                               "tasks": {}}
-    if path.is_dir():
-        raise ConfigError(f"--out '{path}' is a directory; pass a results file path, e.g. '{path / 'results.json'}'")
-    if path.is_file():
-        results["tasks"] = _resumable(path, header)
-    else:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise RoboRLError(f"cannot create the directory of --out '{path}' ({err.strerror or err}); pass --out in a "
-                              "writable place") from None
+                               "tasks": _open_results(path, header)}
     n_blocks = (episodes + block - 1) // block
     for task, (env_cfg, k) in envs.items():
         rec = results["tasks"].setdefault(task, {"blocks": {}})
         todo = [b for b in range(n_blocks) if str(b) not in rec["blocks"]]
-        if todo and checkpoint == "expert":
-            for b in todo:
-                n = min(block, episodes - b * block)
-                rec["blocks"][str(b)] = list(expert_block(env_cfg, n, seed + 1000 * k + block * b))
-                _write(path, results)
-        elif todo:
-            env = build_env(env_cfg)
-            try:
-                for b in todo:
-                    n = min(block, episodes - b * block)
-                    s_b = seed + 1000 * k + block * b
-                    pol = UniformRandomPolicy(env.action_spec, s_b) if checkpoint == "random" else policy
-                    res = evaluate_policy(env, pol, n, seed=s_b, deterministic=True)
-                    rec["blocks"][str(b)] = [res.episodes, res.successes, res.mean_return * res.episodes]
-                    _write(path, results)
-            finally:
-                env.close()
+        for b, outcome in _task_blocks(checkpoint, policy, env_cfg, todo, episodes, block, seed + 1000 * k):
+            rec["blocks"][str(b)] = outcome
+            _write(path, results)  # every finished block is kept: an interrupted evaluation resumes here
         if media and checkpoint != "expert":
             s_0 = seed + 1000 * k
             make = (lambda e, s0=s_0: UniformRandomPolicy(e.action_spec, s0)) if checkpoint == "random" else (lambda e: policy)
@@ -289,13 +315,6 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         rate, lo, hi = success_ci(np.r_[np.ones(succ), np.zeros(eps - succ)], seed=seed)
         rec.update(episodes=eps, successes=succ, success_rate=rate, ci95=[lo, hi],
                    mean_return=sum(v[2] for v in rec["blocks"].values()) / max(1, eps))
-    # aggregate over tasks: the mean with a stratified bootstrap over each task's episodes (rows = episodes);
-    # the IQM over the tasks' success rates (a point value; it needs several tasks to mean anything)
-    tasks = list(results["tasks"].values())
-    outcomes = np.stack([np.r_[np.ones(t["successes"]), np.zeros(t["episodes"] - t["successes"])] for t in tasks], axis=1)
-    agg = aggregate({"policy": outcomes}, seed=seed)["policy"]
-    iqm = aggregate({"policy": np.array([[t["success_rate"] for t in tasks]])}, reps=10, seed=seed)["policy"]["iqm"]
-    results["aggregate"] = {"mean": agg["mean"], "mean_low": agg["mean_low"], "mean_high": agg["mean_high"],
-                            "iqm_over_tasks": iqm, "tasks": len(tasks)}
+    results["aggregate"] = _aggregate(list(results["tasks"].values()), seed)
     _write(path, results)
     return results

@@ -26,15 +26,17 @@ class UniformRandomPolicy:
     """Uniform actions in [low, high]^A (B, A); seeded by ``seed``, stateless across episodes."""
 
     def __init__(self, action_spec: ArraySpec, seed: int = 0) -> None:
-        if action_spec.low is None or action_spec.high is None:
+        bounds = action_spec.bounds()
+        if bounds is None:
             raise ConfigError("the random policy needs an action space with bounds")
         self.spec = action_spec
+        self.low, self.high = (torch.from_numpy(b) for b in bounds)
         self.gen = torch.Generator().manual_seed(seed)
 
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         b = len(next(v for v in obs.values() if hasattr(v, "shape")))
         u = torch.rand((b, *self.spec.shape), generator=self.gen)
-        return PolicyOutput(self.spec.low + u * (self.spec.high - self.spec.low))
+        return PolicyOutput(self.low + u * (self.high - self.low))
 
     def evaluate(self, obs: dict[str, Any], extras: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise NotImplementedError("the random reference policy is not trainable")

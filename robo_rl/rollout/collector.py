@@ -1,8 +1,7 @@
-"""On-policy collection: T vectorized steps of B envs with a policy, finished into a ``RolloutBatch``.
+"""On-policy collection: T vectorized steps of B envs with a policy, returned as ``Trajectories``.
 
 One plain object used by the single-process trainer and, unchanged, inside each Ray rollout worker
-(``robo_rl.distributed.rollout``): the worker's batch is finished (GAE) where it was collected, so
-the learner only concatenates batches.
+(``robo_rl.distributed.rollout``); the algorithm turns the trajectories into advantages.
 """
 
 from __future__ import annotations
@@ -13,8 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_rl.batch import Trajectories
 from robo_rl.boundary import obs_to_torch, to_env_actions
-from robo_rl.rollout.buffer import RolloutBatch, RolloutBuffer
+from robo_rl.contracts import Policy, VecEnv
+from robo_rl.rollout.buffer import RolloutBuffer
 from robo_rl.rollout.normalize import ReturnScaler
 from robo_rl.rollout.stats import EpisodeStats
 
@@ -24,11 +25,13 @@ log = logging.getLogger(__name__)
 class Collector:
     """Keeps the env's current observation between calls; ``stats`` sees every finished episode."""
 
-    def __init__(self, env: Any, policy: Any, steps: int, gamma: float, lam: float,
-                 bootstrap_on_terminated: bool = False, reward_norm: bool = False, pipeline: bool = False) -> None:
+    def __init__(self, env: VecEnv, policy: Policy, steps: int, reward_norm: bool = False, gamma: float = 0.99,
+                 pipeline: bool = False) -> None:
+        """steps: T vectorized steps per ``collect``; reward_norm: scale rewards by a running std of the
+        ``gamma``-discounted return; pipeline: overlap two groups of env workers with the policy."""
         self._to_env = to_env_actions
         self.env, self.policy = env, policy
-        self.steps, self.gamma, self.lam, self.bootstrap = steps, gamma, lam, bootstrap_on_terminated
+        self.steps = steps
         self.buffer = RolloutBuffer(steps, env.num_envs)
         self.stats = EpisodeStats(env.num_envs)
         self.reward_scaler = ReturnScaler(env.num_envs, gamma) if reward_norm else None
@@ -54,8 +57,8 @@ class Collector:
         """Nothing to send: the collector acts with the learner's own policy object."""
 
     @torch.no_grad()
-    def collect(self) -> tuple[RolloutBatch, int]:
-        """(batch of T*B transitions with advantages and returns, env steps taken: chunk steps count)."""
+    def collect(self) -> tuple[Trajectories, int]:
+        """(T x B trajectories, env steps taken: chunk steps count)."""
         if self.tobs is None:
             raise RuntimeError("Collector.collect() before reset()")
         if self.pipeline:
@@ -74,7 +77,7 @@ class Collector:
             steps += self._record(tobs, out, res, final_v)
             tobs = obs_to_torch(res.obs)
         self.tobs = tobs
-        return self.buffer.finish(policy.value(tobs), self.gamma, self.lam, self.bootstrap), steps
+        return self.buffer.finish(policy.value(tobs)), steps
 
     def _record(self, tobs: dict[str, Any], out: Any, res: Any, final_v: Any) -> int:
         """Store one vectorized step (all B rows); returns its env steps."""
@@ -83,12 +86,13 @@ class Collector:
         self.stats.update(reward, done, res.info["success"], res.info.get("chunk_steps"))
         if self.reward_scaler is not None:
             reward = self.reward_scaler(reward, done)
-        self.buffer.add(tobs, out.extras, out.log_prob, out.value, reward, res.terminated, res.truncated, final_v, done)
+        self.buffer.add(tobs, out.extras, out.log_prob, out.value, reward, res.terminated, res.truncated, final_v, done,
+                        res.info["success"])
         if done.any():
             self.policy.reset(np.flatnonzero(done))
         return int(res.info["chunk_steps"].sum()) if "chunk_steps" in res.info else self.env.num_envs
 
-    def _collect_pipelined(self) -> tuple[RolloutBatch, int]:
+    def _collect_pipelined(self) -> tuple[Trajectories, int]:
         """Two groups of env workers step in turn while the policy acts for the other group (double
         buffering); every env sees the same sequence of (obs, action) as in the serial loop, so the
         batch has the serial loop's distribution. Policies act on row subsets: all our policies are
@@ -166,15 +170,5 @@ class Collector:
             if nxt0 is not None:
                 out = [nxt0, policy.act(next1)]  # group 1's next actions overlap group 0 stepping
         self.tobs = tobs
-        return self.buffer.finish(policy.value(tobs), self.gamma, self.lam, self.bootstrap), steps
+        return self.buffer.finish(policy.value(tobs)), steps
 
-
-def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
-    """One batch from several workers' batches (all flat (N_k, ...))."""
-    if len(batches) == 1:
-        return batches[0]
-    first = batches[0]
-    return RolloutBatch({k: torch.cat([b.obs[k] for b in batches]) for k in first.obs},
-                        {k: torch.cat([b.extras[k] for b in batches]) for k in first.extras},
-                        torch.cat([b.log_prob for b in batches]), torch.cat([b.values for b in batches]),
-                        torch.cat([b.advantages for b in batches]), torch.cat([b.returns for b in batches]))

@@ -1,4 +1,5 @@
-"""Run-directory metrics: CSV (append-only, flushed per row), TensorBoard scalars, learning curve."""
+"""Run-directory metrics: CSV (append-only, flushed per row), TensorBoard scalars, learning curve; the
+live progress bar."""
 
 from __future__ import annotations
 
@@ -86,3 +87,36 @@ class MetricsLogger:
         self._fh.close()
         if self._tb is not None:
             self._tb.close()
+
+
+class Progress:
+    """rich progress bar with live success rate, return and env steps/s (no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, start: int) -> None:
+        self._p: Any = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        # stderr, so stdout carries only the run summary (JSON)
+        self._p = RichProgress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("{task.fields[info]}"), refresh_per_second=2, console=Console(stderr=True))
+        self._task = self._p.add_task("train", total=total, completed=start, info="")
+        self._p.start()
+
+    def update(self, steps: int, row: dict[str, Any]) -> None:
+        if self._p is None:
+            return
+        parts = [f"{row['steps_per_s']:.0f} steps/s"]
+        if "train/success_rate" in row:
+            parts.append(f"success {row['train/success_rate']:.2f}")
+            parts.append(f"return {row['train/return']:.2f}")
+        if "eval/success_rate" in row:
+            parts.append(f"eval {row['eval/success_rate']:.2f}")
+        self._p.update(self._task, completed=steps, info=" | ".join(parts))
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()

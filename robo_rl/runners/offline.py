@@ -157,9 +157,10 @@ class OfflineTrainer:
                               + (f"set env.extra.robot_uids: {meta['robot_uids']}" if meta.get("robot_uids")
                                  else "remove env.extra.robot_uids"))
 
-    def _run(self, rng: np.random.Generator) -> dict[str, Any]:
-        cfg, rc, ac = self.cfg, self.cfg.run, self.cfg.algo
-        env = self.env
+    def _data_and_policy(self, rng: np.random.Generator) -> tuple[Any, DemoArrays, DemoArrays | None]:
+        """(policy with its statistics fitted to the demonstrations or its init weights, train rows,
+        held-out rows or None), the episodes split by ``algo.val_fraction``."""
+        cfg, rc, ac, env = self.cfg, self.cfg.run, self.cfg.algo, self.env
         keys = [k for k in env.obs_spec if k in ("rgb", "state")]
         eps, meta = load_demos(ac.dataset, keys, ac.only_success, ac.max_episodes)
         self._check_control(meta)
@@ -189,6 +190,12 @@ class OfflineTrainer:
                 policy.update_normalizer(states)
             if isinstance(policy, ActionStats):  # output statistics (token bins, flow normalization)
                 policy.fit_action_stats(train.step_actions, keep_last=ac.norm_mask == "all_but_last")
+        return policy, train, val
+
+    def _run(self, rng: np.random.Generator) -> dict[str, Any]:
+        cfg, rc, ac = self.cfg, self.cfg.run, self.cfg.algo
+        env = self.env
+        policy, train, val = self._data_and_policy(rng)
         algo = build_algorithm(ac, policy)
         n = train.actions.shape[0]
         total = max(1, int(ac.epochs * n / ac.batch_size))

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from robo_rl.boundary import obs_to_torch, to_env_actions
-from robo_rl.build import build_env, policy_from_checkpoint, with_num_envs
+from robo_rl.build import build_env, load_run, policy_from_checkpoint, with_num_envs
 from robo_rl.contracts import Steerable
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.files import atomic_path, check_replaceable, output_problem, replace_dir
@@ -35,14 +35,13 @@ log = logging.getLogger(__name__)
 
 
 def _env_cfg(checkpoint: str, overrides: list[str], num_envs: int | None) -> Any:
-    from robo_rl import checkpoint as ckpt_io
     from robo_rl.config import apply_overrides, from_dict
     from robo_rl.run_config import TrainConfig
 
     bad = [o for o in overrides if not o.startswith("env.")]
     if bad:
         raise ConfigError(f"steer takes only env.* overrides (the policy is the checkpoint's); got {', '.join(bad)}")
-    data = apply_overrides(ckpt_io.read_meta(ckpt_io.resolve(checkpoint))["config"], overrides)
+    data = apply_overrides(load_run(checkpoint).meta["config"], overrides)
     env_cfg = from_dict(TrainConfig, data).env
     return with_num_envs(env_cfg, num_envs) if num_envs else env_cfg
 
@@ -94,7 +93,7 @@ def _json_safe(value: Any) -> Any:
 
 class ActionExploration:
     """Offsets delta ~ N(0, diag(scale^2)) (num_envs, A) added to a policy's env-unit actions (B, A) or chunks
-    (B, T, A), held per env for its episode (``per="episode"``, redrawn by ``episode_done``) or redrawn every
+    (B, H, A), held per env for its episode (``per="episode"``, redrawn by ``episode_done``) or redrawn every
     call (``per="call"``); scale = 0 leaves the actions as they are."""
 
     def __init__(self, scale: np.ndarray, num_envs: int, per: str, seed: int) -> None:
@@ -281,6 +280,77 @@ def _episode_split(episode: np.ndarray, val_fraction: float, rng: np.random.Gene
     return np.flatnonzero(~is_val), np.flatnonzero(is_val)
 
 
+def _advantages(cfg: Any, data: dict[str, np.ndarray], pooled: torch.Tensor, rtg: torch.Tensor, ret: torch.Tensor,
+                train_idx: np.ndarray, val_idx: np.ndarray, steps: int, lr: float,
+                rng: np.random.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    """(advantages (N,) scaled to unit std on the training rows, the value baseline's explained variance)
+    of the logged calls: the standardized returns ``ret`` as is, or minus a value baseline fitted on the
+    pooled features (``cfg.advantage`` "value"), or GAE over it in return-to-go units ("gae")."""
+    from robo_rl.algorithms.rl2 import ValueBaseline, episode_gae
+
+    value_ev: dict[str, float] = {}
+    if cfg.advantage in ("value", "gae"):
+        mse = torch.nn.MSELoss()
+        value = ValueBaseline(pooled.shape[1], cfg.hidden)
+        _fit_features(value, train_idx, lambda b: mse(value(pooled[b]), ret[b]), steps, lr, rng)
+        with torch.no_grad():
+            v = value(pooled)
+        value_ev = {"value_ev_train": _explained_variance(v[train_idx], ret[train_idx]),
+                    "value_ev_val": _explained_variance(v[val_idx], ret[val_idx]) if len(val_idx) else float("nan")}
+        if cfg.advantage == "gae":  # in return-to-go units: V_rtg = std * V + mean
+            v_rtg = v * (rtg[train_idx].std() + 1e-6) + rtg[train_idx].mean()
+            adv = episode_gae(rtg, v_rtg, torch.from_numpy(data["episode"]), cfg.gae_lambda)
+        else:
+            adv = ret - v
+    else:
+        adv = ret
+    return adv / (adv[train_idx].std() + 1e-6), value_ev
+
+
+def _fit_head(model: Any, cfg: Any, data: dict[str, np.ndarray], pooled: torch.Tensor, adv: torch.Tensor,
+              train_idx: np.ndarray, steps: int, batch_size: int, lr: float, rng: np.random.Generator) -> None:
+    """Advantage-weighted flow matching of the steering head on the training rows."""
+    from robo_rl.algorithms.rl2 import advantage_weights
+
+    if cfg.head == "mean":  # on the cached prefix features: cheap, so batches of 256
+        chunks, valid = model.normalized_chunks(torch.from_numpy(data["actions"]))
+        w = advantage_weights(adv, cfg.temperature, cfg.max_weight)
+        _fit_features(model.head, train_idx, lambda b: model.head.loss(pooled[b], chunks[b], w[b], valid[b]), steps, lr, rng)
+        return
+    opt = torch.optim.Adam(model.head.parameters(), lr=lr)
+    for step in range(steps):
+        idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
+        loss_v = model.steering_loss(_batch(data, idx), torch.from_numpy(data["actions"][idx]), adv[idx])
+        opt.zero_grad(set_to_none=True)
+        loss_v.backward()
+        opt.step()
+        if step % 100 == 0:
+            log.info("steer fit step %d: velocity %.4f", step, float(loss_v))
+
+
+def _save_steering(model: Any, summary: dict[str, Any], target: Path) -> None:
+    """heads.safetensors + steering.json into a temporary sibling, then replace ``target`` with it."""
+    import shutil
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            save_file({f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
+                      | {f"fail.{k}": v.contiguous() for k, v in model.fail.state_dict().items()},
+                      str(tmp / "heads.safetensors"))
+            (tmp / "steering.json").write_text(json.dumps(summary, indent=2))  # last: marks a complete directory
+            replace_dir(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as err:
+        raise RoboRLError(f"cannot write steering directory '{target}' ({err.strerror or err}); pass --out in a "
+                          "writable place") from None
+
+
 def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
         val_fraction: float = 0.2, seed: int = 0, tau: float | str = 0.5, fail_log: list[str] | None = None,
         **steering: Any) -> dict[str, Any]:
@@ -294,17 +364,8 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     features, computed once; the velocity head then learns by advantage-weighted flow matching. Episodes
     are split into train / held-out; ``tau="auto"`` sets the gate at the held-out Youden-optimal threshold.
     """
-    from safetensors.torch import save_file
+    from robo_rl.algorithms.rl2 import SteeringConfig, auroc, task_returns, youden_threshold
 
-    from robo_rl.algorithms.rl2 import (
-        SteeringConfig,
-        ValueBaseline,
-        advantage_weights,
-        auroc,
-        episode_gae,
-        task_returns,
-        youden_threshold,
-    )
     if tau != "auto" and not isinstance(tau, (int, float)):
         raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
     _check_counts("steer fit", steps=steps, seed=seed)
@@ -341,39 +402,10 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
 
     pooled = _pooled(model, data)
     f_pooled = _pooled(model, fail_data) if fail_log else pooled
-    bce, mse = torch.nn.BCEWithLogitsLoss(), torch.nn.MSELoss()
+    bce = torch.nn.BCEWithLogitsLoss()
     _fit_features(model.fail, f_train, lambda b: bce(model.fail(f_pooled[b]), f_failed[b]), steps, lr, rng)
-    value_ev: dict[str, float] = {}
-    if cfg.advantage in ("value", "gae"):
-        value = ValueBaseline(pooled.shape[1], cfg.hidden)
-        _fit_features(value, train_idx, lambda b: mse(value(pooled[b]), ret[b]), steps, lr, rng)
-        with torch.no_grad():
-            v = value(pooled)
-        value_ev = {"value_ev_train": _explained_variance(v[train_idx], ret[train_idx]),
-                    "value_ev_val": _explained_variance(v[val_idx], ret[val_idx]) if len(val_idx) else float("nan")}
-        if cfg.advantage == "gae":  # in return-to-go units: V_rtg = std * V + mean
-            v_rtg = v * (rtg[train_idx].std() + 1e-6) + rtg[train_idx].mean()
-            adv = episode_gae(rtg, v_rtg, torch.from_numpy(data["episode"]), cfg.gae_lambda)
-        else:
-            adv = ret - v
-    else:
-        adv = ret
-    adv = adv / (adv[train_idx].std() + 1e-6)
-
-    if cfg.head == "mean":  # on the cached prefix features: cheap, so batches of 256
-        chunks, valid = model.normalized_chunks(torch.from_numpy(data["actions"]))
-        w = advantage_weights(adv, cfg.temperature, cfg.max_weight)
-        _fit_features(model.head, train_idx, lambda b: model.head.loss(pooled[b], chunks[b], w[b], valid[b]), steps, lr, rng)
-    else:
-        opt = torch.optim.Adam(model.head.parameters(), lr=lr)
-        for step in range(steps):
-            idx = rng.choice(train_idx, size=min(batch_size, len(train_idx)), replace=False)
-            loss_v = model.steering_loss(_batch(data, idx), torch.from_numpy(data["actions"][idx]), adv[idx])
-            opt.zero_grad(set_to_none=True)
-            loss_v.backward()
-            opt.step()
-            if step % 100 == 0:
-                log.info("steer fit step %d: velocity %.4f", step, float(loss_v))
+    adv, value_ev = _advantages(cfg, data, pooled, rtg, ret, train_idx, val_idx, steps, lr, rng)
+    _fit_head(model, cfg, data, pooled, adv, train_idx, steps, batch_size, lr, rng)
 
     with torch.no_grad():
         scores = model.fail(f_pooled)
@@ -385,23 +417,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
         model.cfg = cfg
     summary["config"] = cfg.__dict__
     summary = _json_safe(summary)
-    import shutil
-    import tempfile
-
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
-            save_file({f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
-                      | {f"fail.{k}": v.contiguous() for k, v in model.fail.state_dict().items()},
-                      str(tmp / "heads.safetensors"))
-            (tmp / "steering.json").write_text(json.dumps(summary, indent=2))  # last: marks a complete directory
-            replace_dir(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    except OSError as err:
-        raise RoboRLError(f"cannot write steering directory '{target}' ({err.strerror or err}); pass --out in a "
-                          "writable place") from None
+    _save_steering(model, summary, target)
     return summary
 
 

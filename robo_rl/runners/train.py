@@ -27,7 +27,7 @@ from robo_rl.rollout.collector import Collector
 from robo_rl.run_config import TrainConfig
 from robo_rl.runlock import RunLock
 from robo_rl.runners.evaluate import evaluate_policy, save_video
-from robo_rl.runners.logger import MetricsLogger
+from robo_rl.runners.logger import MetricsLogger, Progress
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +161,12 @@ class Trainer:
         self._write_config = write_config
         self._saved_step = -1
         self._resume_ckpt: Path | None = None
+        self._resume_meta: dict[str, Any] = {}
         if resume:
             if (run_dir / "checkpoints").is_dir():
                 ckpt_io.restore_moved_aside(run_dir / "checkpoints")  # this run's own writer: may rename
             self._resume_ckpt = ckpt = ckpt_io.resolve(run_dir)
-            meta = ckpt_io.read_meta(ckpt)  # validate before building anything heavy
+            self._resume_meta = meta = ckpt_io.read_meta(ckpt)  # validate before building anything heavy
             ckpt_io.require_trainer_state(ckpt)
             check_resume_config(cfg, meta, ckpt)
             check_model_size(cfg.policy, *ckpt_io.specs_from_meta(meta, ckpt), f"checkpoint '{ckpt}'")
@@ -192,7 +193,7 @@ class Trainer:
         return path
 
     def _restore(self, ckpt: Path) -> None:
-        meta = ckpt_io.read_meta(ckpt)
+        meta = self._resume_meta
         if meta.get("policy") != self.cfg.policy.name:
             raise CheckpointError(f"checkpoint '{ckpt}' holds policy {meta.get('policy')!r}, the config asks for {self.cfg.policy.name!r}")
         check_resume_specs(meta, self._meta(), ckpt)
@@ -236,13 +237,24 @@ class Trainer:
                 self.eval_env.close()
 
     def _run(self) -> dict[str, Any]:
-        cfg, rc = self.cfg, self.cfg.run
-        env = self.env
-        gamma = getattr(cfg.algo, "gamma", 0.99)
-        lam = getattr(cfg.algo, "gae_lambda", 0.95)
-        bootstrap = getattr(cfg.algo, "bootstrap_on_terminated", False)
-        if self._ray is not None:  # rollout workers on Ray: each collects and finishes its share of the batch
-            self._ray.configure(gamma, lam, bootstrap)
+        source = self._build_learning()
+        st = self.state
+        metrics = MetricsLogger(self.run_dir, tensorboard=self.cfg.run.tensorboard,
+                                keep_until_step=st.env_steps if self._resume_ckpt is not None else None)
+        try:
+            stop_reason = self._loop(source, metrics)
+        finally:
+            metrics.close()
+        if self._saved_step != st.env_steps:  # else the periodic save just wrote this very state
+            self.save_checkpoint()
+        return self._finish(stop_reason)
+
+    def _build_learning(self) -> Any:
+        """Policy, algorithm (with its teacher), the rollout source, and the state restored or initialized."""
+        cfg, rc, env = self.cfg, self.cfg.run, self.env
+        gamma = getattr(cfg.algo, "gamma", 0.99)  # the reward scaler's return discount
+        if self._ray is not None:  # rollout workers on Ray: each collects its share of the envs
+            self._ray.configure()
         self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
         if self._ray is not None and cfg.cluster.num_learners > 0:  # data-parallel learners (DDP/FSDP) on Ray
             from robo_rl.distributed.learner import RayLearners
@@ -257,7 +269,7 @@ class Trainer:
             self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
             log.info("teacher policy from %s", cfg.algo.teacher)
         source: Any = self._ray if self._ray is not None else \
-            Collector(env, self.policy, rc.rollout_steps, gamma, lam, bootstrap, rc.reward_norm, rc.pipeline)
+            Collector(env, self.policy, rc.rollout_steps, rc.reward_norm, gamma, rc.pipeline)
         self.reward_scaler = source.reward_scaler
         if self._resume_ckpt is not None:
             self._restore(self._resume_ckpt)
@@ -266,11 +278,12 @@ class Trainer:
                 atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         elif rc.init_from:
             load_policy_weights(self.policy, rc.init_from)
-        st = self.state
-        metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard,
-                                keep_until_step=self.state.env_steps if self._resume_ckpt is not None else None)
+        return source
+
+    def _loop(self, source: Any, metrics: MetricsLogger) -> str:
+        """Collect, update, log, evaluate and checkpoint until a stop condition; returns its name."""
+        rc, st = self.cfg.run, self.state
         tobs = source.reset(seed=rc.seed + 1000 * st.iteration)
-        progress_aware = isinstance(self.algo, ProgressAware)
         track_stats = isinstance(self.policy, RunningNormalizer) and not rc.freeze_obs_stats
         if st.iteration == 0 and track_stats:
             self.policy.update_normalizer(tobs)
@@ -280,63 +293,67 @@ class Trainer:
             st.next_eval = rc.eval_every_steps
         if st.next_ckpt == 0:
             st.next_ckpt = rc.checkpoint_every_steps
-        stop_reason = "total_env_steps"
-        progress = _Progress(rc.progress, rc.total_env_steps, st.env_steps)
+        progress = Progress(rc.progress, rc.total_env_steps, st.env_steps)
         try:
             while st.env_steps < rc.total_env_steps:
                 if rc.max_minutes is not None and (time.monotonic() - t_start) / 60 >= rc.max_minutes:
-                    stop_reason = "max_minutes"
-                    break
-                it_start = time.monotonic()
-                steps_before = st.env_steps
-                batch, steps = source.collect()
-                st.env_steps += steps
-                self.policy.train()
-                if progress_aware:
-                    self.algo.set_progress(st.env_steps / rc.total_env_steps)
-                losses = self.algo.update(batch)
-                if track_stats:
-                    self.policy.update_normalizer(batch.obs)
-                source.sync(self.policy)  # weights (and normalizer statistics) to the rollout workers
-                st.iteration += 1
-                st.wall_time = time.monotonic() - t_start
-                row: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
-                                       "wall_time": round(st.wall_time, 3),
-                                       "steps_per_s": (st.env_steps - steps_before) / max(1e-9, time.monotonic() - it_start),
-                                       "env/worker_restarts": getattr(env, "restarts", 0)
-                                       + sum(getattr(env, "env_restarts", []))}
-                row.update({f"train/{k}": v for k, v in source.stats.summary().items()})
-                row.update({f"loss/{k}": v for k, v in losses.items()})
-                if rc.eval_every_steps > 0 and st.env_steps >= st.next_eval:
-                    st.next_eval += rc.eval_every_steps
-                    res_eval = self._evaluate(rc.eval_episodes, record=False)
-                    lo, hi = res_eval.ci95
-                    row.update({"eval/success_rate": res_eval.success_rate, "eval/ci_low": lo, "eval/ci_high": hi,
-                                "eval/return": res_eval.mean_return})
-                    st.best_eval = max(st.best_eval, res_eval.success_rate)
-                    log.info("step %d (%.1f min): eval success %.2f [%.2f, %.2f]", st.env_steps,
-                             st.wall_time / 60, res_eval.success_rate, lo, hi)
-                    st.wall_time = time.monotonic() - t_start
+                    return "max_minutes"
+                row = self._iteration(source, track_stats, t_start)
                 metrics.log(row)
                 progress.update(st.env_steps, row)
                 if st.env_steps >= st.next_ckpt:
                     st.next_ckpt += rc.checkpoint_every_steps
                     self.save_checkpoint()
                 if rc.stop_at_eval_success is not None and row.get("eval/success_rate", -1) >= rc.stop_at_eval_success:
-                    stop_reason = "stop_at_eval_success"
-                    break
+                    return "stop_at_eval_success"
                 if self.on_iteration is not None and self.on_iteration(row):
-                    stop_reason = "on_iteration"
-                    break
+                    return "on_iteration"
         finally:
             progress.close()
-            metrics.close()
-        if self._saved_step != st.env_steps:  # else the periodic save just wrote this very state
-            self.save_checkpoint()
+        return "total_env_steps"
+
+    def _iteration(self, source: Any, track_stats: bool, t_start: float) -> dict[str, Any]:
+        """One collect + update (+ an evaluation when due); returns the metrics row."""
+        rc, st, env = self.cfg.run, self.state, self.env
+        it_start = time.monotonic()
+        steps_before = st.env_steps
+        traj, steps = source.collect()
+        batch = self.algo.prepare(traj)
+        st.env_steps += steps
+        self.policy.train()
+        if isinstance(self.algo, ProgressAware):
+            self.algo.set_progress(st.env_steps / rc.total_env_steps)
+        losses = self.algo.update(batch)
+        if track_stats:
+            self.policy.update_normalizer(batch.obs)
+        source.sync(self.policy)  # weights (and normalizer statistics) to the rollout workers
+        st.iteration += 1
+        st.wall_time = time.monotonic() - t_start
+        row: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
+                               "wall_time": round(st.wall_time, 3),
+                               "steps_per_s": (st.env_steps - steps_before) / max(1e-9, time.monotonic() - it_start),
+                               "env/worker_restarts": getattr(env, "restarts", 0) + sum(getattr(env, "env_restarts", []))}
+        row.update({f"train/{k}": v for k, v in source.stats.summary().items()})
+        row.update({f"loss/{k}": v for k, v in losses.items()})
+        if rc.eval_every_steps > 0 and st.env_steps >= st.next_eval:
+            st.next_eval += rc.eval_every_steps
+            res_eval = self._evaluate(rc.eval_episodes, record=False)
+            lo, hi = res_eval.ci95
+            row.update({"eval/success_rate": res_eval.success_rate, "eval/ci_low": lo, "eval/ci_high": hi,
+                        "eval/return": res_eval.mean_return})
+            st.best_eval = max(st.best_eval, res_eval.success_rate)
+            log.info("step %d (%.1f min): eval success %.2f [%.2f, %.2f]", st.env_steps,
+                     st.wall_time / 60, res_eval.success_rate, lo, hi)
+            st.wall_time = time.monotonic() - t_start
+        return row
+
+    def _finish(self, stop_reason: str) -> dict[str, Any]:
+        """Learning curve, final evaluation (and video); writes and returns summary.json's content."""
+        rc, st = self.cfg.run, self.state
         self._plot()
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "env_steps": st.env_steps, "iterations": st.iteration,
-                   "wall_time_min": round(st.wall_time / 60, 2), "stop_reason": stop_reason,
-                   "worker_restarts": getattr(env, "restarts", 0)}
+                                   "wall_time_min": round(st.wall_time / 60, 2), "stop_reason": stop_reason,
+                                   "worker_restarts": getattr(self.env, "restarts", 0)}
         if hasattr(self.algo, "restarts"):
             summary["learner_restarts"] = self.algo.restarts
         if rc.final_eval_episodes > 0:
@@ -362,38 +379,6 @@ class Trainer:
             learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png")
         except (OSError, ValueError, KeyError) as err:  # a plot must never fail a finished run
             log.warning("could not draw the learning curve: %s", err)
-
-
-class _Progress:
-    """rich progress bar with live success rate, return and env steps/s (no-op when disabled)."""
-
-    def __init__(self, enabled: bool, total: int, start: int) -> None:
-        self._p: Any = None
-        if not enabled:
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        # stderr, so stdout carries only the run summary (JSON)
-        self._p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           TextColumn("{task.fields[info]}"), refresh_per_second=2, console=Console(stderr=True))
-        self._task = self._p.add_task("train", total=total, completed=start, info="")
-        self._p.start()
-
-    def update(self, steps: int, row: dict[str, Any]) -> None:
-        if self._p is None:
-            return
-        parts = [f"{row['steps_per_s']:.0f} steps/s"]
-        if "train/success_rate" in row:
-            parts.append(f"success {row['train/success_rate']:.2f}")
-            parts.append(f"return {row['train/return']:.2f}")
-        if "eval/success_rate" in row:
-            parts.append(f"eval {row['eval/success_rate']:.2f}")
-        self._p.update(self._task, completed=steps, info=" | ".join(parts))
-
-    def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
 
 
 def load_policy_weights(policy: Any, source: str) -> Path:

@@ -62,8 +62,8 @@ class ManiSkillBatchEnv:
                               "in env.extra")
         self.env = ManiSkillVectorEnv(base, num_envs, auto_reset=False, ignore_terminations=False, record_metrics=False)
         space = self.env.single_action_space
-        self.action_spec = ArraySpec(tuple(space.shape), "float32", float(np.min(space.low)),
-                                     float(np.max(space.high)), cfg.control_mode or "default")
+        self.action_spec = ArraySpec(tuple(space.shape), "float32", *_action_bounds(space),
+                                     cfg.control_mode or "default")
         self._bounds = _action_bounds(space)
         self.instructions = [instruction_for(cfg.task)] * num_envs
         # distinct seeds per row (a replaced worker's unseeded resets go on from these, not from one shared seed)

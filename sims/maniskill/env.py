@@ -245,8 +245,8 @@ class ManiSkillSingleEnv:
         obs = self.reset(seed=0)
         self._seeded: int | None = None  # the caller's last explicit seed (the reset above does not count)
         space = self.env.action_space
-        self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", float(np.min(space.low)),
-                                     float(np.max(space.high)), cfg.control_mode or "default")
+        self.action_spec = ArraySpec(tuple(space.shape[-1:]), "float32", *_action_bounds(space),
+                                     cfg.control_mode or "default")
         self._bounds = _action_bounds(space)
         self.obs_spec = {k: ArraySpec(v.shape, str(v.dtype)) for k, v in obs.items() if isinstance(v, np.ndarray)}
 

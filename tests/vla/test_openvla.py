@@ -8,9 +8,9 @@ import torch
 
 from robo_rl.algorithms.bc import BC, BCConfig
 from robo_rl.algorithms.ppo import PPO, PPOConfig
+from robo_rl.batch import RolloutBatch
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import CheckpointError, ConfigError
-from robo_rl.rollout.buffer import RolloutBatch
 from vla.openvla.decode import batch_decode
 from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy
 from vla.openvla.text import PromptTooLong

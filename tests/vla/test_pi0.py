@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from robo_rl.algorithms.ppo import PPO, PPOConfig
+from robo_rl.batch import RolloutBatch
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
-from robo_rl.rollout.buffer import RolloutBatch
 from vla.pi0.policy import Pi0Policy, Pi0PolicyConfig
 from vla.pi0.sampling import SamplerConfig, sample
 

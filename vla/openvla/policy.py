@@ -132,9 +132,9 @@ class OpenVLAPolicy(nn.Module):
             raise ConfigError(f"policy 'openvla' decodes {arch.action_dim}-D actions but the env expects "
                               f"{action_spec.shape[-1]}-D (choose a matching controller or checkpoint)")
         if norm_stats is None:
-            lo = action_spec.low if action_spec is not None and action_spec.low is not None else -1.0
-            hi = action_spec.high if action_spec is not None and action_spec.high is not None else 1.0
-            norm_stats = NormStats((float(lo),) * arch.action_dim, (float(hi),) * arch.action_dim, (True,) * arch.action_dim)
+            bounds = action_spec.bounds() if action_spec is not None else None
+            lo, hi = bounds if bounds is not None else (np.full(arch.action_dim, -1.0), np.full(arch.action_dim, 1.0))
+            norm_stats = NormStats(tuple(map(float, lo)), tuple(map(float, hi)), (True,) * arch.action_dim)
         self.register_buffer("q01", torch.tensor(norm_stats.q01, dtype=torch.float32))
         self.register_buffer("q99", torch.tensor(norm_stats.q99, dtype=torch.float32))
         self.register_buffer("norm_mask", torch.tensor(norm_stats.mask, dtype=torch.bool))
@@ -258,7 +258,7 @@ class OpenVLAPolicy(nn.Module):
         return torch.where(self.norm_mask, 0.5 * (a + 1.0) * (self.q99 - self.q01) + self.q01, a)
 
     def actions_to_index(self, actions: Any) -> torch.Tensor:
-        """(B, A) env-unit actions, or chunks (B, T, A) -> (B, A) / (B, T x A) action indices (OpenVLA's
+        """(B, A) env-unit actions, or chunks (B, H, A) -> (B, A) / (B, H x A) action indices (OpenVLA's
         tokenizer, time-major, for SFT targets)."""
         a = np.asarray(torch.as_tensor(actions, dtype=torch.float32).cpu())
         if a.ndim not in (2, 3) or a.shape[-1] != self.model.arch.action_dim:
@@ -304,7 +304,7 @@ class OpenVLAPolicy(nn.Module):
 
     def imitation_loss(self, obs: dict[str, Any], actions: torch.Tensor,
                        valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean NLL, mean entropy) per demo row of expert actions (B, A) or chunks (B, T, A) with ``valid``
+        """(mean NLL, mean entropy) per demo row of expert actions (B, A) or chunks (B, H, A) with ``valid``
         (B, T) (steps past the episode's end are masked out), summed over the row's valid tokens; one
         teacher-forced pass."""
         extras = self.extras_for_actions(obs, actions)
@@ -334,7 +334,7 @@ class OpenVLAPolicy(nn.Module):
                 "exec_steps": self.exec_steps if self.cfg.chunk > 1 else 1}
 
     def extras_for_actions(self, obs: dict[str, Any], actions: Any) -> dict[str, torch.Tensor]:
-        """What ``evaluate`` needs to score given env actions (B, A) or chunks (B, T, A) (behaviour cloning
+        """What ``evaluate`` needs to score given env actions (B, A) or chunks (B, H, A) (behaviour cloning
         targets; T x A tokens)."""
         pixels_b = int(torch.as_tensor(obs["rgb"]).shape[0])
         ids, mask = self.prompts(obs, pixels_b)

@@ -7,7 +7,7 @@ steps in one pass), the action-expert hidden states (latents) next to each veloc
 flow-matching loss, and size presets.
 
 Shapes: pixels (B, V, 3, S, S) float in [-1, 1]; prompt ids / mask (B, L) (right-padded); state
-(B, max_state_dim); x_t and velocities (B, T, max_action_dim) with T = chunk_size; t (B,) in (0, 1],
+(B, max_state_dim); x_t and velocities (B, H, max_action_dim) with H = chunk_size; t (B,) in (0, 1],
 t = 1 is pure noise. Flow matching: x_t = t * noise + (1 - t) * action, target u = noise - action.
 """
 
@@ -156,7 +156,7 @@ class Pi0Model(nn.Module):
         return Prefix(out.cache if hasattr(out, "cache") else out.past_key_values, attn, pooled)
 
     def velocity(self, prefix: Prefix, state: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(v (B, T, A), expert latents (B, T, D)) at noisy chunk x (B, T, A) and times t (B,).
+        """(v (B, H, A), expert latents (B, H, D)) at noisy chunk x (B, H, A) and times t (B,).
         The prefix's cache is left as it was (the suffix is cropped off again)."""
         hf = self.hf
         emb = hf.embed_action_time(state.to(self.dtype), x.to(self.dtype), t.float())
@@ -173,7 +173,7 @@ class Pi0Model(nn.Module):
 
     def flow_matching_loss(self, prefix: Prefix, state: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor,
                            generator: torch.Generator | None = None) -> torch.Tensor:
-        """Mean over the masked elements of |v(x_t, t) - (noise - action)|^2; actions and mask (B, T, A)
+        """Mean over the masked elements of |v(x_t, t) - (noise - action)|^2; actions and mask (B, H, A)
         (normalized, zero-padded). t = Beta(1.5, 1) * 0.999 + 0.001 as pi0 samples it."""
         b = actions.shape[0]
         cfg = self.hf.config

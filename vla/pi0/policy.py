@@ -4,7 +4,7 @@ Input: ``obs["rgb"]`` (B, V, H, W, 3) uint8 (the configured cameras, each exactl
 size; other sizes or dtypes are errors), ``obs["state"]`` (B, S) float32 (mean/std-normalized, zero-
 padded to max_state_dim), ``obs["instruction"]`` list[str]. Output ``actions`` (B, E, A): the first
 E = ``exec_steps`` actions of the sampled chunk, un-normalized to env units (A = the env's action
-dim, the rest of the model's max_action_dim is padding). ``extras``: ``path`` (B, K + 1, T, A_max),
+dim, the rest of the model's max_action_dim is padding). ``extras``: ``path`` (B, K + 1, H, A_max),
 ``step`` (B,) and the prompt ids/mask (B, max_prompt_tokens), so ``evaluate`` re-scores exactly the
 sampled transitions; ``log_prob`` covers the executed steps and the real action dims only. The value head reads the pooled VLM prefix.
 ``act(deterministic=True)`` runs the ODE from x_0 = 0 (reproducible evaluation).
@@ -177,7 +177,7 @@ class Pi0Policy(nn.Module):
 
     @property
     def action_horizon(self) -> int:
-        """Chunk length T the model predicts (SFT targets are chunks of T demo actions)."""
+        """Chunk horizon H the model predicts (SFT targets are chunks of H demo actions)."""
         return self.model.arch.chunk_size
 
     def fit_state_stats(self, states: Any) -> None:
@@ -267,7 +267,7 @@ class Pi0Policy(nn.Module):
         return self.model.embed_prefix(pixels, ids[:, :keep], mask[:, :keep]), self.state(obs, pixels.shape[0])
 
     def log_prob_mask(self) -> torch.Tensor:
-        """(T, A_max) bool: the executed steps and the real action dims."""
+        """(H, A_max) bool: the executed steps and the real action dims."""
         arch = self.model.arch
         m = torch.zeros(arch.chunk_size, arch.max_action_dim, dtype=torch.bool, device=self.action_mean.device)
         m[: self.exec_steps, : self.action_dim] = True
@@ -325,8 +325,8 @@ class Pi0Policy(nn.Module):
         return list(self.value_head.parameters())
 
     def imitation_loss(self, obs: dict[str, Any], actions: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """Flow-matching loss of demo chunks ``actions`` (B, T', A) in env units (T' <= chunk; ``valid``
-        (B, T') marks real steps, e.g. not past the episode's end); padding dims are excluded."""
+        """Flow-matching loss of demo chunks ``actions`` (B, H', A) in env units (H' <= H; ``valid``
+        (B, H') marks real steps, e.g. not past the episode's end); padding dims are excluded."""
         pre, state = self.prefix(obs)
         arch = self.model.arch
         a = torch.as_tensor(actions, dtype=torch.float32, device=state.device)

@@ -11,8 +11,8 @@ Time runs from t = 1 (noise) to 0 (action) in K Euler steps: t_k = 1 - k/K, dt =
   mean = x + dt * (v + sigma_t^2 / (2 t) * (x + (1 - t) v)), std = sigma_t * sqrt(|dt|). Hybrid: one
   step per chunk, drawn at random, is stochastic and carries the log-prob; the others are ODE steps.
 
-Log-probs and entropies are sums over the elements where ``mask`` (T, A) is true: the executed chunk
-steps and the real action dimensions, never the padding. Shapes: x (B, T, A); path (B, K + 1, T, A)
+Log-probs and entropies are sums over the elements where ``mask`` (H, A) is true: the executed chunk
+steps and the real action dimensions, never the padding. Shapes: x (B, H, A); path (B, K + 1, H, A)
 = x_0 (the initial noise) .. x_K (the action chunk); step (B,) the stochastic step (-1 if none).
 """
 
@@ -56,7 +56,7 @@ class SamplerConfig:
 
 
 class NoiseHead(nn.Module):
-    """Flow-Noise std: (expert latents (B, T, D), t (B,)) -> (B, T, A) in [min_std, max_std]."""
+    """Flow-Noise std: (expert latents (B, H, D), t (B,)) -> (B, H, A) in [min_std, max_std]."""
 
     def __init__(self, hidden: int, action_dim: int, min_std: float, max_std: float) -> None:
         super().__init__()
@@ -73,9 +73,9 @@ class NoiseHead(nn.Module):
 @dataclass
 class SampleResult:
     actions: torch.Tensor
-    """(B, T, A) the final sample x_K (normalized action space, padded)."""
+    """(B, H, A) the final sample x_K (normalized action space, padded)."""
     path: torch.Tensor
-    """(B, K + 1, T, A) every x_k."""
+    """(B, K + 1, H, A) every x_k."""
     step: torch.Tensor
     """(B,) long: Flow-SDE's stochastic step, -1 otherwise."""
     log_prob: torch.Tensor
@@ -83,7 +83,7 @@ class SampleResult:
     entropy: torch.Tensor
     """(B,) entropy of those transitions."""
     latents: torch.Tensor | None
-    """(B, K, T, D) expert latents per denoising step (for RL^2 steering), when asked for."""
+    """(B, K, H, D) expert latents per denoising step (for RL^2 steering), when asked for."""
 
 
 def step_times(k: int, device: torch.device | None = None) -> tuple[torch.Tensor, float]:
@@ -111,7 +111,7 @@ def _gaussian(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, mask: torc
 def sample(model: Pi0Model, prefix: Prefix, state: torch.Tensor, x0: torch.Tensor, cfg: SamplerConfig,
            mask: torch.Tensor, noise_head: NoiseHead | None = None, generator: torch.Generator | None = None,
            return_latents: bool = False, noise_scale: float = 1.0) -> SampleResult:
-    """Denoise x0 (B, T, A) in K = arch.num_steps steps with sampler ``cfg``; mask (T, A) or (B, T, A).
+    """Denoise x0 (B, H, A) in K = arch.num_steps steps with sampler ``cfg``; mask (H, A) or (B, H, A).
     ``noise_scale`` multiplies the injected Gaussian noise (0: the stochastic steps take their means)."""
     b, k = x0.shape[0], model.arch.num_steps
     ts, dt = step_times(k, x0.device)
