@@ -1,5 +1,5 @@
 """The 7B GPU configs pass a dry run here (real env with one CPU env, the 7B-shaped policy on the meta
-device, PPO built on it). (Every shipped config parsing strictly is tests/test_config.py's job.)"""
+device, PPO built on it). (Every shipped config parsing strictly is tests/robo_rl/test_config.py's job.)"""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from robo_rl.config import apply_overrides, from_dict, load
 from robo_rl.errors import ConfigError, RegistryError
 from robo_rl.registry import ENVS, POLICIES, Registry
 from robo_rl.run_config import TrainConfig
+from tests.conftest import REPO
 
 BASE = {"env": {"name": "maniskill", "task": "PickCube-v1"}}
 
@@ -78,9 +79,8 @@ def test_yaml_file_errors(tmp_path):
 
 
 def test_shipped_configs_load():
-    from pathlib import Path
 
-    for path in sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")):
+    for path in sorted((REPO / "configs").glob("*.yaml")):
         load(TrainConfig, path)
 
 

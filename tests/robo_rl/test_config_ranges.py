@@ -14,7 +14,6 @@ import time
 import tracemalloc
 import types
 import typing
-from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import pytest
@@ -33,8 +32,8 @@ from robo_rl.config import (
 from robo_rl.errors import ConfigError
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 from robo_rl.run_config import TrainConfig
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = {"env": {"name": "maniskill", "task": "PickCube-v1"}}
 
 
