@@ -98,6 +98,15 @@ class VecEnv(Protocol):
 
 
 @runtime_checkable
+class PerEnvReset(Protocol):
+    """A VecEnv that can seed each env on its own (group rollouts: n envs from one initial state)."""
+
+    def reset_each(self, seeds: list[int | None]) -> tuple[Observation, dict[str, Any]]:
+        """Reset every env, env i seeded ``seeds[i]`` (equal seeds give equal initial states)."""
+        ...
+
+
+@runtime_checkable
 class Steerable(Protocol):
     """A flow policy RL^2 latent steering can wrap (``robo-rl steer``)."""
 

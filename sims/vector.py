@@ -22,7 +22,7 @@ import numpy as np
 
 from robo_rl.affinity import check_cpus
 from robo_rl.contracts import ArraySpec, Observation, StepResult
-from robo_rl.errors import RoboRLError, SimulatorUnavailable
+from robo_rl.errors import ConfigError, RoboRLError, SimulatorUnavailable
 from sims.shm import SharedArrays, vec_env_layout
 from sims.worker import (
     EnvFactory,
@@ -226,9 +226,16 @@ class SubprocVecEnv:
 
     def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
         """Reset every env; env i is seeded ``seed + i``."""
+        return self.reset_each([None if seed is None else seed + i for i in range(self.num_envs)])
+
+    def reset_each(self, seeds: list[int | None]) -> tuple[Observation, dict[str, Any]]:
+        """Reset every env, env i seeded ``seeds[i]`` (equal seeds: the same initial state, e.g. a group of
+        rollouts from one start)."""
         if self._pending is not None:
             raise RoboRLError("reset() while a step_async() is pending; call step_wait() first")
-        self._episode_seed = [None if seed is None else seed + i for i in range(self.num_envs)]
+        if len(seeds) != self.num_envs:
+            raise RoboRLError(f"reset_each got {len(seeds)} seeds for {self.num_envs} envs")
+        self._episode_seed = list(seeds)
         sent = {}
         for w, rows in enumerate(self._rows):
             try:
@@ -438,6 +445,13 @@ class VecEnvWrapper:
 
     def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
         return self._impl.reset(seed)
+
+    def reset_each(self, seeds: list[int | None]) -> tuple[Observation, dict[str, Any]]:
+        """Reset env i with ``seeds[i]`` (``robo_rl.contracts.PerEnvReset``)."""
+        if not hasattr(self._impl, "reset_each"):
+            raise ConfigError(f"{type(self).__name__} with this backend resets its envs only together "
+                              "(seed + i); per-env seeds need the CPU subprocess workers (backend: cpu)")
+        return self._impl.reset_each(seeds)
 
     def step(self, actions: np.ndarray) -> StepResult:
         return self._impl.step(actions)

@@ -54,6 +54,9 @@ class LiberoConfig:
     """No-op steps after each reset so objects settle (not counted in the episode). Range: >= 0."""
     fast_render: bool = False
     """Cheaper rendering for training (no shadows/reflections/MSAA); off for evaluation parity."""
+    blind_chunk_steps: bool = True
+    """Inside an action chunk, render the cameras only for the observation the chunk ends on (the other
+    steps run physics, reward and success unchanged; the observation equals rendering every step)."""
     gl: Literal["osmesa", "egl"] = "osmesa"
     """MuJoCo headless GL backend."""
     render_gpu: int | Literal["auto"] = ranged("auto", ge=-1)
@@ -89,6 +92,14 @@ def init_state_index(seq: int, env_index: int, num_envs: int, num_tasks: int) ->
     off = seq - env_index
     rank, group = env_index // num_tasks, len(range(env_index % num_tasks, num_envs, num_tasks))
     return off % num_envs + rank + (off // num_envs) * group
+
+
+def sequence_for_init_state(init: int, env_index: int, num_envs: int, num_tasks: int) -> int:
+    """The sequence seed that makes env ``env_index`` load official init state ``init`` (the inverse of
+    ``init_state_index``): with it, envs of one task given the same ``init`` start from the same state."""
+    rank, group = env_index // num_tasks, len(range(env_index % num_tasks, num_envs, num_tasks))
+    q, r = divmod(init - rank, group)
+    return env_index + q * num_envs + r
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
@@ -211,6 +222,62 @@ class LiberoSingleEnv:
             info["offset_applied"] = self._shifted  # which part of a mixed split the ending episode was
         return self._convert(raw), float(reward), success, truncated, info
 
+    def step_blind(self, action: np.ndarray) -> tuple[float, bool, bool, dict[str, Any]]:
+        """``step`` without rendering the cameras (``sims.worker.BlindStepEnv``). robosuite renders a
+        camera once per control step, at its first physics substep; here the camera sensors keep a copy
+        of the MuJoCo data at that moment instead, and ``observe`` renders from it only if asked (an
+        episode that ends on this step). With ``blind_chunk_steps`` off: a plain step."""
+        if not self.cfg.blind_chunk_steps:
+            return self.step(action)[1:]
+        import copy
+
+        data = self.env.sim.data._data
+        cams = [o for o in self.env.env._observables.values() if o.modality == "image"]
+        originals = [o._sensor for o in cams]
+        snapshot: list[Any] = []
+
+        def deferred(observable: Any, original: Any) -> Any:
+            def sensor(obs_cache: dict[str, Any]) -> np.ndarray:
+                if not snapshot:  # the data a render now would show (all cameras sample together)
+                    snapshot.append(copy.copy(data))
+                return observable._current_observed_value  # a placeholder of the right shape, never returned
+            sensor.__modality__ = original.__modality__  # type: ignore[attr-defined]
+            return sensor
+
+        try:
+            for o, original in zip(cams, originals):
+                o._sensor = deferred(o, original)
+            _, reward, success, truncated, info = self.step(action)
+        finally:
+            for o, original in zip(cams, originals):
+                o._sensor = original
+        self._pending = (snapshot[0] if snapshot else None, cams)
+        return reward, success, truncated, info
+
+    def observe(self) -> dict[str, Any]:
+        """The observation the last step would have returned, cameras rendered now (from the data copy a
+        blind step kept)."""
+        import mujoco
+
+        snap, cams = getattr(self, "_pending", (None, []))
+        inner = self.env.env
+        if snap is not None:
+            sim = self.env.sim
+            data, model = sim.data._data, sim.model._model
+            saved = mujoco.MjData(model)
+            mujoco.mj_copyData(saved, model, data)
+            timers = [(o._sampled, o._time_since_last_sample, o._current_delay) for o in cams]
+            try:
+                mujoco.mj_copyData(data, model, snap)
+                for o in cams:
+                    o.update(timestep=0.0, obs_cache=inner._obs_cache, force=True)
+            finally:
+                mujoco.mj_copyData(data, model, saved)
+                for o, (sampled, since, delay) in zip(cams, timers):
+                    o._sampled, o._time_since_last_sample, o._current_delay = sampled, since, delay
+            self._pending = (None, [])
+        return self._convert(inner._get_observations())
+
     def render(self) -> np.ndarray:
         return self.env.sim.render(height=256, width=256, camera_name="agentview")[::-1, ::-1].copy()
 
@@ -269,3 +336,12 @@ class LiberoVecEnv(VecEnvWrapper):
         self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_env=worker_env,
                                        envs_per_worker=cfg.envs_per_worker, worker_cpus=cfg.worker_cpus)
         self.obs_spec, self.action_spec = self._impl.obs_spec, self._impl.action_spec
+        self._num_tasks = len(ids)
+
+    def reset_each(self, seeds: list[int | None]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Reset env i to official init state ``seeds[i]`` (modulo the task's count; None: its next one).
+        Envs that run the same task and get the same index start from the same state (group rollouts)."""
+        b = self.num_envs
+        seqs = [None if k is None else sequence_for_init_state(int(k), i, b, self._num_tasks)
+                for i, k in enumerate(seeds)]
+        return self._impl.reset_each(seqs)

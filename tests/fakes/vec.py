@@ -59,9 +59,12 @@ class PointReachVecEnv:
         return {"state": state.astype(np.float32), "rgb": rgb, "instruction": ["reach the goal"] * b}
 
     def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        if seed is not None:
-            self.rngs = [np.random.default_rng(seed + i) for i in range(self.num_envs)]
-        for i in range(self.num_envs):
+        return self.reset_each([None if seed is None else seed + i for i in range(self.num_envs)])
+
+    def reset_each(self, seeds: list[int | None]) -> tuple[dict[str, Any], dict[str, Any]]:
+        for i, s in enumerate(seeds):
+            if s is not None:
+                self.rngs[i] = np.random.default_rng(s)
             self._reset_row(i)
         return self._obs(), {}
 

@@ -162,3 +162,79 @@ def test_variations_change_what_they_name_and_nothing_when_off(need_libero):
     finally:
         base.close()
         varied.close()
+
+
+def test_blind_chunk_steps_equal_rendering_every_step(need_libero):
+    """Steps inside a chunk skip the camera renders; rewards, ends, the chunk's last observation and the
+    observation of a step asked for afterwards (an episode ending mid-chunk) equal plain steps, bit for bit."""
+    from sims.libero.env import LiberoConfig, LiberoSingleEnv
+    from sims.worker import BlindStepEnv
+
+    cfg = LiberoConfig(suite="libero_spatial", image_size=64, settle_steps=2, max_episode_steps=9)
+    plain, blind = LiberoSingleEnv(cfg, 0), LiberoSingleEnv(cfg, 0)
+    try:
+        assert isinstance(blind, BlindStepEnv)
+        renders = []
+        render = blind.env.sim.render
+        blind.env.sim.render = lambda *a, **k: renders.append(1) or render(*a, **k)
+        o_p, o_b = plain.reset(seed=4), blind.reset(seed=4)
+        np.testing.assert_array_equal(o_p["rgb"], o_b["rgb"])
+        renders.clear()
+        rng = np.random.default_rng(0)
+        for t in range(9):  # chunks of 4: steps 3 and 7 observe; step 5 is observed on demand after a blind step
+            act = rng.uniform(-1, 1, 7).astype(np.float32)
+            obs, *outcome = plain.step(act)
+            if t % 4 == 3:
+                obs_b, *outcome_b = blind.step(act)
+            else:
+                outcome_b, obs_b = list(blind.step_blind(act)), None
+                if t in (5, 8):  # as the worker does when an episode ends on a blind step
+                    obs_b = blind.observe()
+            assert outcome_b[:3] == outcome[:3], t
+            if obs_b is not None:
+                np.testing.assert_array_equal(obs_b["rgb"], obs["rgb"])
+                np.testing.assert_array_equal(obs_b["state"], obs["state"])
+        assert outcome[2]  # truncated at 9 steps
+        # 2 cameras rendered for steps 3 and 7 and for the two observe() calls; none for the other 5 steps
+        assert len(renders) == 2 * 4, len(renders)
+        np.testing.assert_array_equal(plain.env.get_sim_state(), blind.env.get_sim_state())
+    finally:
+        plain.close()
+        blind.close()
+
+
+def test_bench_chunks_on_libero_prints_blind_every_step_and_raw(need_libero, tmp_path):
+    import json
+
+    from tests.conftest import run_cli
+
+    out = tmp_path / "chunks.json"
+    proc = run_cli("bench", "chunks", "--sim", "libero", "--task", "libero_spatial/0", "--workers", "1",
+                   "--chunk", "4", "--calls", "2", "--rounds", "1", "--image-size", "32", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["sim"] == "libero" and row["chunk"] == 4 and min(row["blind"], row["every-step"], row["raw"]) > 0
+
+
+def test_init_state_sequences_invert():
+    """``sequence_for_init_state`` is the inverse of ``init_state_index`` for every env of every layout."""
+    from sims.libero.env import init_state_index, sequence_for_init_state
+
+    for b in (1, 2, 3, 5, 8):
+        for tasks in (1, 2, 3):
+            for i in range(b):
+                for k in range(40):
+                    assert init_state_index(sequence_for_init_state(k, i, b, tasks), i, b, tasks) == k
+
+
+def test_reset_each_puts_a_group_on_one_init_state(need_libero):
+    from sims.libero.env import LiberoConfig, LiberoVecEnv
+
+    env = LiberoVecEnv(LiberoConfig(suite="libero_spatial", num_envs=3, image_size=32, settle_steps=0))
+    try:
+        obs, _ = env.reset_each([7, 7, 9])
+        np.testing.assert_array_equal(obs["state"][0], obs["state"][1])
+        np.testing.assert_array_equal(obs["rgb"][0], obs["rgb"][1])
+        assert not np.array_equal(obs["rgb"][0], obs["rgb"][2])
+    finally:
+        env.close()

@@ -169,4 +169,5 @@ def test_bench_writes_its_result_through_the_atomic_helper(monkeypatch, tmp_path
     target = tmp_path / "out" / "c.json"
     assert chunks.main(["--chunk", "4", "--json", str(target)]) == 0
     assert written == [str(target)]
-    assert json.loads(target.read_text()) == [{"chunk": 4, "blind": 2.0, "every-step": 1.0, "ratio": 2.0}]
+    assert json.loads(target.read_text()) == [{"sim": "maniskill", "task": "PushCube-v1", "workers": 4, "chunk": 4,
+                                               "blind": 2.0, "every-step": 1.0, "ratio": 2.0}]
