@@ -86,6 +86,16 @@ class ProgressAware(Protocol):
         ...
 
 
+@runtime_checkable
+class GroupRollouts(Protocol):
+    """An algorithm that trains on group rollouts (n episodes per initial state) instead of a fixed-length
+    rollout: the trainer collects with ``robo_rl.rollout.groups.GroupCollector``."""
+
+    def rollout_groups(self) -> dict[str, Any]:
+        """``GroupCollector`` keyword arguments (group_size, min_groups, max_rounds, max_steps, group_return)."""
+        ...
+
+
 def require(obj: Any, capability: type, role: str, needed_by: str) -> None:
     """One-line ConfigError unless ``obj`` has ``capability`` (e.g. role "policy", needed_by "OPD")."""
     if not isinstance(obj, capability):

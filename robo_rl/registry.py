@@ -103,10 +103,12 @@ ALGORITHMS = Registry("algorithms", singular="algorithm", entries={
     "rpd": "robo_rl.algorithms.rpd:RPD",
     "opd": "robo_rl.algorithms.opd:OPD",
     "bc": "robo_rl.algorithms.bc:BC",
+    "grpo": "robo_rl.algorithms.grpo:GRPO",
 })
 # estimators that turn collected trajectories into advantages/returns (robo_rl.algorithms.advantages)
 ADVANTAGES = Registry("advantages", singular="advantage estimator", entries={
     "gae": "robo_rl.algorithms.advantages:GAE",
+    "group": "robo_rl.algorithms.advantages:GroupRelative",
 })
 # what evaluation and benchmarks need from a simulator beyond its VecEnv (robo_rl.contracts.SimulatorSupport)
 SIMULATORS = Registry("simulators", singular="simulator", entries={

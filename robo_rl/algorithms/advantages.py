@@ -78,3 +78,38 @@ class GAE:
         adv, ret = gae(traj.rewards, traj.values, traj.next_values, term, trunc, self.gamma, self.lam)
         return traj.flatten(adv, ret)
 
+
+
+@dataclass(frozen=True)
+class GroupRelative:
+    """Group-relative advantages (GRPO): each env ran one episode from its group's initial state; its
+    advantage is (R - mean of its group's R) / (std of the group's R + eps), or without the division
+    (``scale_std`` false: Dr. GRPO), broadcast to every valid step of the episode. R is the episode's
+    success (1/0) or its return (``group_return``). Returns equal the advantages (there is no critic).
+    """
+
+    group_return: str = "success"
+    scale_std: bool = True
+    eps: float = 1e-6
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> GroupRelative:
+        return cls(cfg.group_return, cfg.scale_std)
+
+    def episode_advantages(self, traj: Trajectories) -> torch.Tensor:
+        """(B,) one advantage per env's episode."""
+        if traj.group is None:
+            raise ValueError("group-relative advantages need group rollouts (Trajectories.group); "
+                             "collect them with robo_rl.rollout.groups.GroupCollector")
+        ret, success = traj.episode_outcomes()
+        r = success.float() if self.group_return == "success" else ret.float()
+        adv = torch.zeros_like(r)
+        for g in torch.unique(traj.group):
+            rows = traj.group == g
+            centred = r[rows] - r[rows].mean()
+            adv[rows] = centred / (r[rows].std(unbiased=False) + self.eps) if self.scale_std else centred
+        return adv
+
+    def __call__(self, traj: Trajectories) -> RolloutBatch:
+        adv = self.episode_advantages(traj).expand(traj.steps, -1)
+        return traj.flatten(adv, adv)

@@ -139,6 +139,7 @@ class RayRollouts:
         self.num_envs = cfg.env.num_envs
         self.stats = EpisodeStats(self.num_envs)
         self.reward_scaler = WorkerScalers(self) if cfg.run.reward_norm else None
+        self.report: dict[str, float] = {}
         self.restarts = 0  # replaced Ray workers
         self.env_restarts: list[int] = [0] * cc.num_workers
         self.workers: list[Any] = []

@@ -35,6 +35,7 @@ class Collector:
         self.buffer = RolloutBuffer(steps, env.num_envs)
         self.stats = EpisodeStats(env.num_envs)
         self.reward_scaler = ReturnScaler(env.num_envs, gamma) if reward_norm else None
+        self.report: dict[str, float] = {}  # what the last collect saw beyond episode statistics (none here)
         self.tobs: dict[str, Any] | None = None
         # pipelined collection needs >= 2 worker processes to split (a single-process env has nothing to overlap)
         self.pipeline = pipeline and getattr(env, "num_workers", 1) >= 2

@@ -15,6 +15,7 @@ CSV_COLUMNS = (
     "loss/policy_loss", "loss/value_loss", "loss/entropy", "loss/approx_kl", "loss/clip_frac",
     "loss/explained_variance", "loss/grad_norm", "loss/lr", "env/worker_restarts",
     "loss/reverse_kl", "loss/teacher_distance", "loss/teacher_lambda",
+    "loss/clip_frac_low", "loss/clip_frac_high", "rollout/groups", "rollout/informative_groups", "rollout/rounds",
 )
 OFFLINE_COLUMNS = (
     "iteration", "env_steps", "wall_time", "epoch", "loss/nll", "loss/val_nll", "loss/entropy", "loss/grad_norm",

@@ -19,7 +19,7 @@ import yaml
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.affinity import check_cpus, pin_process
 from robo_rl.build import build_algorithm, build_env, build_policy, check_model_size
-from robo_rl.capabilities import ProgressAware, RunningNormalizer, TeacherGuided
+from robo_rl.capabilities import GroupRollouts, ProgressAware, RunningNormalizer, TeacherGuided
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.files import MAX_JSON_BYTES, atomic_write_text
@@ -268,8 +268,16 @@ class Trainer:
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
             self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
             log.info("teacher policy from %s", cfg.algo.teacher)
-        source: Any = self._ray if self._ray is not None else \
-            Collector(env, self.policy, rc.rollout_steps, rc.reward_norm, gamma, rc.pipeline)
+        if isinstance(self.algo, GroupRollouts):  # GRPO: n episodes per initial state, in this process
+            if self._ray is not None:
+                raise ConfigError(f"algo.name={cfg.algo.name!r} collects group rollouts in the trainer's process; "
+                                  "set cluster.num_workers=0")
+            from robo_rl.rollout.groups import GroupCollector
+
+            source: Any = GroupCollector(env, self.policy, **self.algo.rollout_groups())
+        else:
+            source = self._ray if self._ray is not None else \
+                Collector(env, self.policy, rc.rollout_steps, rc.reward_norm, gamma, rc.pipeline)
         self.reward_scaler = source.reward_scaler
         if self._resume_ckpt is not None:
             self._restore(self._resume_ckpt)
@@ -334,6 +342,7 @@ class Trainer:
                                "steps_per_s": (st.env_steps - steps_before) / max(1e-9, time.monotonic() - it_start),
                                "env/worker_restarts": getattr(env, "restarts", 0) + sum(getattr(env, "env_restarts", []))}
         row.update({f"train/{k}": v for k, v in source.stats.summary().items()})
+        row.update({f"rollout/{k}": v for k, v in source.report.items()})
         row.update({f"loss/{k}": v for k, v in losses.items()})
         if rc.eval_every_steps > 0 and st.env_steps >= st.next_eval:
             st.next_eval += rc.eval_every_steps

@@ -13,16 +13,18 @@ import math
 import re
 import sys
 import types
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from robo_rl.build import build_algorithm, build_policy
-from robo_rl.capabilities import TeacherGuided
+from robo_rl.capabilities import GroupRollouts, TeacherGuided
 from robo_rl.contracts import Algorithm, OnPolicyAlgorithm, Policy, StepResult, VecEnv
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 from robo_rl.rollout.collector import Collector
+from robo_rl.rollout.groups import GroupCollector
 from tests.conftest import REPO
 
 FAKE = "fake_reach"
@@ -48,7 +50,8 @@ ENV_PRESETS = {
 POLICY_PRESETS = {"mlp": ({"hidden": (32, 32)}, 40), "cnn": ({"hidden": (32,)}, 40), "openvla": ({}, 40),
                   "pi0": ({"exec_steps": 2}, 32)}
 ALGO_PRESETS = {"ppo": {"epochs": 1, "minibatches": 1}, "rpd": {"epochs": 1, "minibatches": 1, "teacher": "teacher"},
-                "opd": {"epochs": 1, "minibatches": 1, "teacher": "teacher"}, "bc": {"dataset": "demos.h5"}}
+                "opd": {"epochs": 1, "minibatches": 1, "teacher": "teacher"}, "bc": {"dataset": "demos.h5"},
+                "grpo": {"group_size": 2, "max_rounds": 1, "minibatches": 1}}
 
 
 def _env_params() -> list:
@@ -143,7 +146,8 @@ def _check_algorithm(name: str, kwargs: dict) -> None:
     if isinstance(algo, TeacherGuided):
         teacher = build_policy(mlp, env.obs_spec, env.action_spec)
         algo.set_teacher(teacher, env.action_spec.shape, env.action_spec.shape)
-    col = Collector(env, policy, steps=4)
+    col: Any = GroupCollector(env, policy, **algo.rollout_groups()) if isinstance(algo, GroupRollouts) \
+        else Collector(env, policy, steps=4)
     col.reset(seed=1)
     traj, _ = col.collect()
     # an offline algorithm (BC) takes (observations, actions) batches; the others prepare their rollout batch

@@ -1,0 +1,172 @@
+"""GRPO: group-relative policy optimization with the DAPO refinements, over the ``Policy`` contract.
+
+No critic: each env runs one episode from its group's initial state (``robo_rl.rollout.groups``) and
+the episode's advantage is its outcome relative to its group's (``GroupRelative``), broadcast to every
+action of the episode. The objective is PPO's clipped surrogate with asymmetric clipping (clip-higher:
+``1 - clip_low`` .. ``1 + clip_high``), averaged over every element (token-level: every action token of
+a token policy, every transition otherwise), with an optional KL penalty to the initial policy (k3
+estimator) and an optional entropy bonus, both off by default. Groups whose outcomes are all equal are
+dropped at collection (dynamic sampling).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from robo_rl.algorithms.advantages import AdvantageEstimator
+from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
+from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.batch import RolloutBatch, Trajectories
+from robo_rl.capabilities import TokenScorer
+from robo_rl.config import check_ranges, ranged
+from robo_rl.errors import ConfigError
+from robo_rl.registry import ADVANTAGES
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO hyper-parameters."""
+
+    name: str = "grpo"
+    """Registry name of the algorithm."""
+    lr: float = ranged(3e-4, gt=0)
+    """Adam learning rate. Range: > 0."""
+    group_size: int = ranged(8, ge=2)
+    """n: envs (episodes) per initial state; env.num_envs must be a multiple. Range: >= 2."""
+    min_groups: int = ranged(1, ge=1)
+    """Informative groups (outcomes not all equal) a batch needs before the update (dynamic sampling).
+    Range: >= 1."""
+    max_rounds: int = ranged(4, ge=1)
+    """Rounds of group rollouts at most per batch (the cap of dynamic sampling). Range: >= 1."""
+    max_episode_steps: int = ranged(1000, ge=1)
+    """Vectorized steps a round may take before unfinished episodes are cut. Range: >= 1."""
+    group_return: Literal["success", "return"] = "success"
+    """What an episode's outcome R is: 1[succeeded], or its summed reward."""
+    scale_std: bool = True
+    """Divide by the group's std (GRPO); false = Dr. GRPO (mean-centred only)."""
+    advantage: str = "group"
+    """Advantage estimator (a name in ``robo_rl.registry.ADVANTAGES``)."""
+    clip_low: float = ranged(0.2, gt=0, lt=1)
+    """Ratio clip below 1. Range: in (0, 1)."""
+    clip_high: float = ranged(0.28, gt=0)
+    """Ratio clip above 1 (clip-higher: larger than clip_low). Range: > 0."""
+    token_level: bool = True
+    """For policies that score their own tokens/transitions (``TokenScorer``): one ratio per token,
+    averaged over all tokens; else one ratio per action (the policy's joint log-prob)."""
+    epochs: int = ranged(1, ge=1)
+    """Passes over each batch. Range: >= 1."""
+    minibatches: int = ranged(4, ge=1)
+    """Minibatches per epoch. Range: >= 1."""
+    kl_coef: float = ranged(0.0, ge=0)
+    """Weight of the KL penalty to the initial policy (0 = off; it keeps a frozen copy). Range: >= 0."""
+    ent_coef: float = ranged(0.0, ge=0)
+    """Entropy bonus weight. Range: >= 0."""
+    max_grad_norm: float = ranged(1.0, gt=0)
+    """Global gradient-norm clip. Range: > 0."""
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "algo")
+        ADVANTAGES.check(self.advantage)
+
+
+def grpo_loss(new: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, clip_low: float,
+              clip_high: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate averaged over every element: ``new``/``old`` log-probs (N,) or (N, K), ``adv`` (N,)
+    broadcast over K. Returns (loss, {clip_frac_low, clip_frac_high, approx_kl})."""
+    a = adv.reshape(adv.shape + (1,) * (new.dim() - 1))
+    log_ratio = new - old
+    ratio = log_ratio.exp()
+    surrogate = torch.min(ratio * a, ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * a)
+    with torch.no_grad():
+        terms = {"clip_frac_low": ((ratio < 1.0 - clip_low) & (a < 0)).float().mean(),
+                 "clip_frac_high": ((ratio > 1.0 + clip_high) & (a > 0)).float().mean(),
+                 "approx_kl": ((ratio - 1.0) - log_ratio).mean()}
+    return -surrogate.mean(), terms
+
+
+class GRPO:
+    """GRPO on any ``Policy`` that is also a ``torch.nn.Module``."""
+
+    Config = GRPOConfig
+    data_parallel: tuple[str, ...] = ()
+    """Group rollouts run in the trainer's process (not on Ray rollout workers): no data-parallel learners."""
+
+    def __init__(self, cfg: GRPOConfig, policy: Any, generator: torch.Generator | None = None) -> None:
+        self.cfg, self.policy, self.generator = cfg, policy, generator
+        self.calls: PolicyCalls = LocalCalls(policy)
+        self.estimator: AdvantageEstimator = ADVANTAGES.get(cfg.advantage).from_config(cfg)
+        self.tokens = cfg.token_level and isinstance(policy, TokenScorer)
+        self.optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, eps=1e-5)
+        self.reference = None
+        if cfg.kl_coef > 0:  # the initial policy, frozen
+            self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.updates = 0
+
+    def rollout_groups(self) -> dict[str, Any]:
+        """The ``robo_rl.rollout.groups.GroupCollector`` settings this algorithm trains on."""
+        c = self.cfg
+        return {"group_size": c.group_size, "min_groups": c.min_groups, "max_rounds": c.max_rounds,
+                "max_steps": c.max_episode_steps, "group_return": c.group_return}
+
+    def prepare(self, traj: Trajectories) -> RolloutBatch:
+        """Group-relative advantages of the episodes, broadcast to their valid steps."""
+        if traj.group is None:
+            raise ConfigError("GRPO trains on group rollouts (robo_rl.rollout.groups.GroupCollector), "
+                              "not on a fixed-length rollout")
+        return self.estimator(traj)
+
+    def _log_probs(self, obs: dict[str, Any], extras: dict[str, Any], policy: Any = None) -> torch.Tensor:
+        """(N, K) per-token log-probs, or (N,) per action."""
+        if policy is not None:
+            return policy.token_log_probs(obs, extras) if self.tokens else policy.evaluate(obs, extras)[0]
+        return self.calls("token_log_probs", obs, extras) if self.tokens else self.calls("evaluate", obs, extras)[0]
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        cfg, n = self.cfg, batch.size
+        with torch.no_grad():  # the behaviour policy is the current one: nothing was updated since the rollout
+            old = self._log_probs(batch.obs, batch.extras) if self.tokens else batch.log_prob
+            ref = None if self.reference is None else self._log_probs(batch.obs, batch.extras, self.reference)
+        mb_size = max(1, n // cfg.minibatches)
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(n, generator=self.generator)
+            for start in range(0, n - mb_size + 1, mb_size):
+                idx = perm[start:start + mb_size]
+                mb = batch.index(idx)
+                new = self._log_probs(mb.obs, mb.extras)
+                loss, terms = grpo_loss(new, old[idx], mb.advantages, cfg.clip_low, cfg.clip_high)
+                terms["policy_loss"] = loss.detach()
+                if ref is not None:  # k3: exp(ref - new) - (ref - new) - 1 >= 0, an unbiased KL(new || ref)
+                    d = ref[idx] - new
+                    kl = (d.exp() - d - 1.0).mean()
+                    loss = loss + cfg.kl_coef * kl
+                    terms["kl_ref"] = kl.detach()
+                if cfg.ent_coef > 0:
+                    entropy = self.calls("evaluate", mb.obs, mb.extras)[1].mean()
+                    loss = loss - cfg.ent_coef * entropy
+                    terms["entropy"] = entropy.detach()
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                                           cfg.max_grad_norm)
+                self.optimizer.step()
+                for k, v in {**terms, "grad_norm": grad_norm, "loss": loss.detach()}.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                count += 1
+        out = {k: v / max(1, count) for k, v in sums.items()}
+        out["advantage_abs_mean"] = float(batch.advantages.abs().mean()) if n else 0.0
+        out["transitions"] = float(n)
+        self.updates += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_optimizer_state(self.optimizer, state["optimizer"])
+        self.updates = int(state.get("updates", 0))
