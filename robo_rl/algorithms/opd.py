@@ -15,7 +15,7 @@ identical to its teacher is left unchanged. The runner loads the teacher (``set_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -42,7 +42,11 @@ class OPDConfig:
     minibatches: int = ranged(4, ge=1)
     """Minibatches per epoch. Range: >= 1."""
     clip_coef: float = ranged(0.2, gt=0)
-    """Per-token ratio clip. Range: > 0."""
+    """Per-token ratio clip (``loss: clipped``). Range: > 0."""
+    loss: Literal["clipped", "reinforce"] = "clipped"
+    """``clipped``: PPO's clipped per-token surrogate over the epochs; ``reinforce``: RLinf's plain
+    -A * log pi per token (the two are equal on-policy, i.e. in the first epoch's first minibatch;
+    after an update the clipped one keeps each token's step bounded)."""
     max_grad_norm: float = ranged(1.0, gt=0)
     """Global gradient-norm clip (``clip_grad_norm_``; a negative max would flip the gradient). Range: > 0."""
     gamma: float = ranged(0.99, gt=0, le=1)
@@ -62,8 +66,11 @@ def opd_advantages(teacher_log_probs: torch.Tensor, student_log_probs: torch.Ten
 
 
 def opd_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-             clip_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, clip fraction) of the clipped per-token surrogate; all (B, n)."""
+             clip_coef: float, kind: str = "clipped") -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, clip fraction) of the clipped per-token surrogate, or of REINFORCE (-A log pi, no clip:
+    fraction 0); all (B, n)."""
+    if kind == "reinforce":
+        return -(advantages * new_log_probs).mean(), torch.zeros(())
     ratio = (new_log_probs - old_log_probs).exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
     with torch.no_grad():
@@ -122,7 +129,7 @@ class OPD:
                 idx = perm[start:start + mb_size]
                 mb = batch.index(idx)
                 new = self.calls("token_log_probs", mb.obs, mb.extras)
-                loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef)
+                loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef, cfg.loss)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],

@@ -50,7 +50,9 @@ class PPOConfig:
     target_kl: float | None = ranged(0.1, gt=0)
     """Stop the epoch loop once approx-KL exceeds this (null disables). Range: > 0."""
     norm_adv: bool = True
-    """Normalize advantages per minibatch."""
+    """Normalize advantages to zero mean, unit std."""
+    norm_adv_scope: Literal["minibatch", "batch"] = "minibatch"
+    """Over each minibatch, or once over the whole rollout batch (RL4VLA)."""
     value_lr: float | None = ranged(None, gt=0)
     """Learning rate of the critic's own parameters (``policy.value_parameters()``); null = ``lr``.
     Range: > 0."""
@@ -157,6 +159,10 @@ class PPO:
         epochs_run = 0
         warmup = self.updates < cfg.critic_warmup_iters
         huber = cfg.huber_delta if cfg.value_loss == "huber" else None
+        if cfg.norm_adv and cfg.norm_adv_scope == "batch" and n > 1:
+            batch = RolloutBatch(batch.obs, batch.extras, batch.log_prob, batch.values,
+                                 (batch.advantages - batch.advantages.mean()) / (batch.advantages.std() + 1e-8),
+                                 batch.returns)
         for _ in range(cfg.epochs):
             perm = torch.randperm(n, generator=self.generator)
             epochs_run += 1
@@ -165,7 +171,7 @@ class PPO:
                 mb = batch.index(idx)
                 new_log_prob, entropy, new_value = self.calls("evaluate", mb.obs, mb.extras)
                 adv = mb.advantages
-                if cfg.norm_adv and adv.numel() > 1:
+                if cfg.norm_adv and cfg.norm_adv_scope == "minibatch" and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 terms = ppo_losses(new_log_prob, mb.log_prob, adv, new_value, mb.values, mb.returns,
                                    cfg.clip_coef, cfg.clip_value, huber)

@@ -6,13 +6,15 @@ teacher policy's (e.g. a VLA's) on the student's own rollout states:
 ``distance``: ``mse`` between the student's deterministic action and the teacher's (Gaussian / MLP
 students), ``l1`` the same with |.|, or ``nll`` = -log pi_student(teacher action) (any policy whose
 ``extras_for_actions`` + ``evaluate`` score given actions, e.g. a token VLA: the KL towards the teacher's
-action up to a constant). ``lambda_t`` is constant, or decays linearly to 0 over the run (``anneal``).
+action up to a constant). ``lambda_t`` is constant, or decays to 0 over the run, linearly or with a
+cosine as RPD's reference does (``anneal``).
 With lambda = 0 the update is PPO's exactly. The teacher is any ``Policy``; the runner loads it and hands
 it over with ``set_teacher`` (this file does no I/O).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,8 +36,9 @@ class RPDConfig(PPOConfig):
     """Teacher policy: a robo-rl run directory or checkpoint (loaded by the runner)."""
     lambda_: float = ranged(1.0, ge=0)
     """Weight of the distance term. Range: >= 0."""
-    anneal: Literal["constant", "linear"] = "constant"
-    """constant, or linear decay of lambda to 0 over the run's env steps."""
+    anneal: Literal["constant", "linear", "cosine"] = "constant"
+    """constant, or decay of lambda to 0 over the run's env steps: linear, or cosine (RPD's reference:
+    lambda * (1 + cos(pi * fraction)) / 2)."""
     distance: Literal["mse", "l1", "nll"] = "mse"
     """How far the student is from the teacher's action (see the module docstring)."""
 
@@ -67,8 +70,11 @@ class RPD(PPO):
 
     def set_progress(self, fraction_done: float) -> None:
         super().set_progress(fraction_done)
+        f = min(1.0, max(0.0, fraction_done))
         if self.cfg.anneal == "linear":
-            self.lam = self.cfg.lambda_ * max(0.0, 1.0 - fraction_done)
+            self.lam = self.cfg.lambda_ * (1.0 - f)
+        elif self.cfg.anneal == "cosine":
+            self.lam = self.cfg.lambda_ * 0.5 * (1.0 + math.cos(math.pi * f))
 
     def distance(self, obs: dict[str, Any], teacher_actions: torch.Tensor) -> torch.Tensor:
         """Mean distance of the student from the teacher's actions (B, ...) on ``obs``."""

@@ -122,3 +122,20 @@ def test_opd_for_a_flow_vla_scores_denoising_transitions(sampler):
     other = Pi0Policy(Pi0PolicyConfig(sampler="sde" if sampler == "noise" else "noise", exec_steps=3), obs_spec, spec)
     with pytest.raises(ConfigError, match="sampler"):
         algo.set_teacher(other, (7,), (7,))
+
+
+def test_reinforce_and_clipped_losses_agree_on_policy_and_differ_after_an_update():
+    from robo_rl.algorithms.opd import opd_loss
+
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(6, 5, generator=g)
+    adv = torch.randn(6, 5, generator=g)
+    grads = {}
+    for kind in ("clipped", "reinforce"):
+        for shift in (0.0, 0.5):
+            new = (old + shift).clone().requires_grad_(True)
+            loss, _ = opd_loss(new, old, adv, 0.2, kind)
+            loss.backward()
+            grads[kind, shift] = new.grad
+    torch.testing.assert_close(grads["clipped", 0.0], grads["reinforce", 0.0])  # the same gradient on-policy
+    assert not torch.allclose(grads["clipped", 0.5], grads["reinforce", 0.5])

@@ -77,3 +77,23 @@ def test_target_kl_stops_early():
 def test_bad_ppo_config_values(kw):
     with pytest.raises(ConfigError):
         PPOConfig(**kw)
+
+
+def test_whole_batch_advantage_normalization_equals_minibatch_with_one_minibatch():
+    from policies.mlp import MLPActorCritic, MLPConfig
+    from robo_rl.algorithms.ppo import PPO, PPOConfig
+    from robo_rl.contracts import ArraySpec
+
+    def run(scope: str, minibatches: int) -> dict:
+        torch.manual_seed(0)
+        policy = MLPActorCritic(MLPConfig(hidden=(16,)), {"state": ArraySpec((4,), "float32")},
+                                ArraySpec((2,), "float32", -1.0, 1.0))
+        algo = PPO(PPOConfig(epochs=1, minibatches=minibatches, target_kl=None, norm_adv_scope=scope), policy,
+                   generator=torch.Generator().manual_seed(1))
+        algo.update(_toy_batch())
+        return {k: v.clone() for k, v in policy.state_dict().items()}
+
+    a, b = run("batch", 1), run("minibatch", 1)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # one minibatch: the same normalization
+    c, d = run("batch", 4), run("minibatch", 4)
+    assert not all(torch.equal(c[k], d[k]) for k in c)  # per-minibatch statistics differ from the batch's

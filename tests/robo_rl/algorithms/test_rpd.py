@@ -126,3 +126,18 @@ def test_rpd_and_opd_runs_load_their_teacher_from_a_run_directory(tmp_path, need
                    "run.name=opd")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher policy from" in proc.stderr
+
+
+def test_lambda_anneals_linearly_or_with_a_cosine():
+    import math
+
+    policy = MLPActorCritic(MLPConfig(hidden=(8,)), {"state": ArraySpec((3,), "float32")}, ArraySpec((2,), "float32", -1.0, 1.0))
+    for anneal, half, end in (("constant", 2.0, 2.0), ("linear", 1.0, 0.0), ("cosine", 1.0, 0.0)):
+        algo = RPD(RPDConfig(teacher="t", lambda_=2.0, anneal=anneal), policy)
+        algo.set_progress(0.5)
+        assert algo.lam == pytest.approx(half)
+        algo.set_progress(0.25)
+        if anneal == "cosine":
+            assert algo.lam == pytest.approx(1.0 + math.cos(math.pi / 4))  # 2 * (1 + cos(pi/4)) / 2
+        algo.set_progress(1.0)
+        assert algo.lam == pytest.approx(end)
