@@ -45,7 +45,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from robo_rl.bench import run_bench
+    from benchmarks import run_bench
 
     return run_bench(args.name, args.bench_args)
 

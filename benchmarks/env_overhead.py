@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.bench.output import check_min
+from benchmarks.output import check_min
 
 
 def _raw_env(task: str, obs_mode: str, control_mode: str) -> Any:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.bench.output import check_min, check_output, write_json
+from benchmarks.output import check_min, check_output, write_json
 
 
 class GPUSampler:

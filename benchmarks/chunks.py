@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.bench.output import check_min, check_output, write_json
+from benchmarks.output import check_min, check_output, write_json
 
 
 def _envs(sim: str, task: str, workers: int, image_size: int) -> dict[str, Any]:

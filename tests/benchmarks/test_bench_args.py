@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from robo_rl.bench import output
+from benchmarks import output
 
 # modules whose import or use means a bench got past its argument checks (models, envs, trainers)
 HEAVY = ["vla.openvla.policy", "vla.pi0.policy", "sims.maniskill.env", "sims.libero.env", "policies.mlp",
@@ -34,14 +34,14 @@ def no_heavy(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("bench went on to build models/envs despite bad arguments")
 
-    decode = importlib.import_module("robo_rl.bench.decode")
+    decode = importlib.import_module("benchmarks.decode")
     monkeypatch.setattr(decode, "_build", boom)
-    env = importlib.import_module("robo_rl.bench.env_overhead")
+    env = importlib.import_module("benchmarks.env_overhead")
     monkeypatch.setattr(env, "measure", boom)
     monkeypatch.setattr(env, "measure_libero", boom)
-    chunks = importlib.import_module("robo_rl.bench.chunks")
+    chunks = importlib.import_module("benchmarks.chunks")
     monkeypatch.setattr(chunks, "measure", boom)
-    ppo = importlib.import_module("robo_rl.bench.ppo_vs_sb3")
+    ppo = importlib.import_module("benchmarks.ppo_vs_sb3")
     monkeypatch.setattr(ppo, "run_ours", boom)
     monkeypatch.setattr(ppo, "run_sb3", boom)
     import robo_rl.config
@@ -50,7 +50,7 @@ def no_heavy(monkeypatch):
 
 
 def _fails(capsys, bench: str, argv: list[str], message: str) -> None:
-    from robo_rl.bench import run_bench
+    from benchmarks import run_bench
 
     with pytest.raises(SystemExit) as exc:
         run_bench(bench, argv)
@@ -161,7 +161,7 @@ def test_write_json_creates_the_directory_and_writes_atomically(tmp_path, monkey
 
 def test_bench_writes_its_result_through_the_atomic_helper(monkeypatch, tmp_path):
     """chunks end to end with the env side faked: its JSON lands in a directory created for it."""
-    chunks = importlib.import_module("robo_rl.bench.chunks")
+    chunks = importlib.import_module("benchmarks.chunks")
     monkeypatch.setattr(chunks, "measure", lambda *a: {"blind": 2.0, "every-step": 1.0})
     written = []
     real = output.write_json

@@ -6,10 +6,10 @@ import importlib
 
 from robo_rl.errors import RoboRLError
 
-BENCHES = {"env": "robo_rl.bench.env_overhead", "ppo": "robo_rl.bench.ppo_vs_sb3", "decode": "robo_rl.bench.decode",
-           "ros": "robo_rl.bench.ros_latency", "sample": "robo_rl.bench.sample",
-           "rollout": "robo_rl.bench.rollout", "scale": "robo_rl.bench.scale",
-           "chunks": "robo_rl.bench.chunks"}
+BENCHES = {"env": "benchmarks.env_overhead", "ppo": "benchmarks.ppo_vs_sb3", "decode": "benchmarks.decode",
+           "ros": "benchmarks.ros_latency", "sample": "benchmarks.sample",
+           "rollout": "benchmarks.rollout", "scale": "benchmarks.scale",
+           "chunks": "benchmarks.chunks"}
 
 
 def run_bench(name: str, argv: list[str]) -> int:

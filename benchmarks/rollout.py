@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.bench.output import check_min
+from benchmarks.output import check_min
 
 
 def collect_rate(col: Any, obs: dict[str, Any]) -> tuple[float, dict[str, Any]]:

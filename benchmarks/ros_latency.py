@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.bench.output import check_min, check_output, check_positive, write_json
+from benchmarks.output import check_min, check_output, check_positive, write_json
 
 TRANSPORTS = ("cyclonedds", "rclpy")  # the order "both" runs them in: Cyclone's participants are gone
 # before the rclpy run, while the rclpy context in this process stays initialised to its end

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.bench.output import check_min, check_output, write_json
+from benchmarks.output import check_min, check_output, write_json
 
 
 def _sync(device: str) -> None:

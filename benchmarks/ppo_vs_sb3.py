@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from robo_rl.bench.output import check_output, check_positive, write_json
+from benchmarks.output import check_output, check_positive, write_json
 
 THRESHOLDS = (0.5, 0.9)
 WINDOW = 40
