@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale-out GPU check (issue: pipelined rollouts / Ray / multi-GPU): ManiSkill envs batched on the GPU
+# Scale-out GPU check (pipelined rollouts, Ray, several GPUs): ManiSkill envs batched on the GPU
 # (physx_cuda; if SAPIEN's PhysX GPU library cannot be had offline, CPU physics + GPU rendering) driven
 # by an OpenVLA-7B-shaped random-init VLA decoding in bf16: env steps/s, env vs policy time, GPU
 # utilization and memory (`robo-rl bench scale`), at 32 and 64 envs; two scene workers, and the rollout

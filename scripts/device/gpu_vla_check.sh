@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPU check for the VLA issue: `robo-rl bench decode` on an OpenVLA-7B-shaped random-init model in
+# GPU check of the VLA decoders: `robo-rl bench decode` on an OpenVLA-7B-shaped random-init model in
 # bf16 (batched KV-cache decode vs per-env loop vs transformers generate()), B = 1, 8, 32, 64; then
-# `robo-rl bench sample` at pi0 size in bf16 (B = 1, 8, 32, cached prefix vs not) for the pi0 issue.
+# `robo-rl bench sample` at pi0 size in bf16 (B = 1, 8, 32, cached prefix vs not).
 # Runs on the GPU machine from the repo root; transformers 5.24 travels as a wheel in .whl/
 # (the machine's own transformers is older). Writes $OUT/decode_7b.json, $OUT/sample_pi0.json and $OUT/vla_gpu.log.
 set -uo pipefail
@@ -20,7 +20,7 @@ fi
   timeout ${VLA_TIMEOUT:-300} python3 -m robo_rl.cli bench decode --arch openvla-7b --device cuda --dtype bfloat16 \
     --batch 1 8 32 64 --rounds 3 --json "$OUT/decode_7b.json"
   echo "bench rc=$?"
-  # pi0 issue: chunk sampling at pi0 size (PaliGemma-3B + Gemma-300M shapes, random init), cached prefix vs not
+  # pi0: chunk sampling at pi0 size (PaliGemma-3B + Gemma-300M shapes, random init), cached prefix vs not
   timeout ${PI0_TIMEOUT:-240} python3 -m robo_rl.cli bench sample --arch pi0 --device cuda --dtype bfloat16 \
     --batch 1 8 32 --rounds 3 --json "$OUT/sample_pi0.json"
   echo "bench sample rc=$?"
