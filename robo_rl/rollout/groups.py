@@ -1,6 +1,7 @@
-"""Group rollouts for group-relative algorithms (GRPO): the B envs start as B / n groups of n envs that
-share an initial state, and each env runs one whole episode, so every group's outcomes compare n tries
-from the same start.
+"""Group rollouts for group-relative algorithms (GRPO): the B envs start as G = B / n groups of n envs
+that share an initial state (env i is in group i % G, so when a VecEnv cycles over T tasks, env i running
+task i % T, every group holds one task whenever T divides G), and each env runs one whole episode, so
+every group's outcomes compare n tries from the same start.
 
 Dynamic sampling: a group whose episodes all had the same outcome carries no signal (its advantages
 are 0); rounds of group rollouts continue until the batch holds ``min_groups`` informative groups or
@@ -54,21 +55,27 @@ class GroupCollector:
         self._next_seed = seed
         obs, _ = self.env.reset_each(self._seeds())
         texts = obs.get("instruction")
+        groups = self.env.num_envs // self.n
         if texts is not None:  # a group is one task from one initial state
-            for g in range(self.env.num_envs // self.n):
-                tasks = set(texts[g * self.n:(g + 1) * self.n])
+            for g in range(groups):
+                tasks = set(texts[g::groups])
                 if len(tasks) > 1:
-                    raise ConfigError(f"envs {g * self.n}..{(g + 1) * self.n - 1} form one group but run different "
-                                      f"tasks ({', '.join(sorted(tasks))[:120]}); group rollouts need one task per "
-                                      "group of algo.group_size consecutive envs (e.g. one task per run)")
+                    raise ConfigError(f"envs {g}, {g + groups}, ... form one group but run different tasks "
+                                      f"({', '.join(sorted(tasks))[:120]}); with T tasks, make env.num_envs / "
+                                      "algo.group_size a multiple of T")
         self.policy.reset()
         return obs_to_torch(obs)
 
     def sync(self, policy: Any) -> None:
         """Nothing to send: the collector acts with the learner's own policy object."""
 
+    def _group_of(self) -> list[int]:
+        """Env i's group: i % G."""
+        groups = self.env.num_envs // self.n
+        return [i % groups for i in range(self.env.num_envs)]
+
     def _seeds(self) -> list[int | None]:
-        return [self._next_seed + i // self.n for i in range(self.env.num_envs)]
+        return [self._next_seed + g for g in self._group_of()]
 
     @torch.no_grad()
     def collect(self) -> tuple[Trajectories, int]:
@@ -121,7 +128,7 @@ class GroupCollector:
             if done.any():
                 policy.reset(np.flatnonzero(done))
             tobs = obs_to_torch(res.obs)
-        return _stack(rows, torch.as_tensor([i // self.n for i in range(b)], dtype=torch.int64)), steps
+        return _stack(rows, torch.as_tensor(self._group_of(), dtype=torch.int64)), steps
 
 
 def _stack(rows: list[dict[str, Any]], group: torch.Tensor) -> Trajectories:

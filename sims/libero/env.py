@@ -160,11 +160,15 @@ class LiberoSingleEnv:
         model.vis.quality.offsamples = 0
         model.vis.quality.shadowsize = 0
 
+    @staticmethod
+    def _convert_state(raw: dict[str, Any]) -> np.ndarray:
+        return np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
+                               raw["robot0_gripper_qpos"]]).astype(np.float32)
+
     def _convert(self, raw: dict[str, Any]) -> dict[str, Any]:
         rgb = np.stack([raw["agentview_image"][::-1, ::-1], raw["robot0_eye_in_hand_image"][::-1, ::-1]])
-        state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
-                                raw["robot0_gripper_qpos"]]).astype(np.float32)
-        return {"rgb": np.ascontiguousarray(rgb, dtype=np.uint8), "state": state, "instruction": self.instruction}
+        return {"rgb": np.ascontiguousarray(rgb, dtype=np.uint8), "state": self._convert_state(raw),
+                "instruction": self.instruction}
 
     def _apply_variations(self, episode_seed: int) -> None:
         """Draw this episode's variations (after the init state is loaded)."""
@@ -253,6 +257,11 @@ class LiberoSingleEnv:
                 o._sensor = original
         self._pending = (snapshot[0] if snapshot else None, cams)
         return reward, success, truncated, info
+
+    def state_now(self) -> np.ndarray:
+        """(8,) the proprioceptive state as the last step observed it, without rendering (e.g. after
+        ``step_blind``, for a privileged expert that needs no images)."""
+        return self._convert_state(self.env.env._get_observations())
 
     def observe(self) -> dict[str, Any]:
         """The observation the last step would have returned, cameras rendered now (from the data copy a

@@ -28,15 +28,17 @@ class LiberoSupport:
         from sims.libero.env import LiberoSingleEnv
         from sims.libero.experts import PickPlaceExpert
 
-        env = LiberoSingleEnv(dataclasses.replace(env_cfg, num_envs=1), env_cfg.task_ids[0])
+        # the expert reads privileged state only: its steps render no camera (blind steps, same physics)
+        env = LiberoSingleEnv(dataclasses.replace(env_cfg, num_envs=1, blind_chunk_steps=True), env_cfg.task_ids[0])
         try:
             succ, ret = 0, 0.0
             for j in range(episodes):
-                obs = env.reset(seed=seed + j)
+                state = env.reset(seed=seed + j)["state"]
                 expert = PickPlaceExpert(env)
                 done, info = False, {"success": False}
                 while not done:
-                    obs, r, term, trunc, info = env.step(expert.act(obs["state"]))
+                    r, term, trunc, info = env.step_blind(expert.act(state))
+                    state = env.state_now()
                     ret += r
                     done = term or trunc
                 succ += int(info["success"])

@@ -188,6 +188,7 @@ def test_blind_chunk_steps_equal_rendering_every_step(need_libero):
                 obs_b, *outcome_b = blind.step(act)
             else:
                 outcome_b, obs_b = list(blind.step_blind(act)), None
+                np.testing.assert_array_equal(blind.state_now(), obs["state"])  # what a state-only expert reads
                 if t in (5, 8):  # as the worker does when an episode ends on a blind step
                     obs_b = blind.observe()
             assert outcome_b[:3] == outcome[:3], t

@@ -41,7 +41,8 @@ def test_pi0_configs_dry_run(name, sim, cams, request):
 @pytest.mark.parametrize("name,sim,algo", [_sim("opd_openvla_7b_libero.yaml", "libero", "OPD"),
                                           _sim("rpd_pi0_maniskill.yaml", "maniskill", "RPD"),
                                           _sim("opd_pickcube_state.yaml", "maniskill", "OPD"),
-                                          _sim("rpd_pickcube_state.yaml", "maniskill", "RPD")])
+                                          _sim("rpd_pickcube_state.yaml", "maniskill", "RPD"),
+                                          _sim("grpo_openvla_7b_libero.yaml", "libero", "GRPO")])
 def test_teacher_guided_gpu_configs_dry_run(name, sim, algo, request):
     request.getfixturevalue(f"need_{sim}")
     out = dry_run(load(TrainConfig, str(CONFIGS / name), []))

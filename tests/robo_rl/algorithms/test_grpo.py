@@ -81,8 +81,9 @@ def test_group_rollouts_share_initial_states_and_drop_uninformative_groups():
     policy = MLPActorCritic(MLPConfig(hidden=(16,), init_log_std=0.5), env.obs_spec, env.action_spec)
     col = GroupCollector(env, policy, group_size=4, min_groups=1, max_rounds=3, max_steps=50)
     obs = col.reset(seed=7)
-    s = obs["state"]
-    assert torch.equal(s[0], s[3]) and torch.equal(s[4], s[7]) and not torch.equal(s[0], s[4])
+    s = obs["state"]  # 8 envs in 2 groups: env i in group i % 2
+    assert torch.equal(s[0], s[2]) and torch.equal(s[0], s[6]) and torch.equal(s[1], s[7])
+    assert not torch.equal(s[0], s[1])
     traj, steps = col.collect()
     r = col.report
     assert 1 <= r["rounds"] <= 3 and r["groups"] == 2 * r["rounds"] and steps >= 8
