@@ -49,7 +49,7 @@ def cmd_demos(args: argparse.Namespace) -> int:
             eps = list(libero_generate(suite, int(idx or 0), args.episodes, seed=args.seed, image_size=args.image_size,
                                        only_success=args.only_success, on_episode=on_episode))
             meta = {"env": "libero", "task": args.task, "control_mode": "OSC_POSE delta + gripper", "obs_mode": "rgb",
-                    "source": "scripted pick-and-place expert (privileged object poses)"}
+                    "image_size": args.image_size, "source": "scripted pick-and-place expert (privileged object poses)"}
         else:
             from sims.maniskill.experts import KINDS, generate
 

@@ -75,17 +75,25 @@ def load_demos(path: str | list[str], obs_keys: list[str], only_success: bool,
 
 
 def _check_pooled(paths: list[str], metas: list[dict[str, Any]]) -> None:
-    """Files pooled into one dataset must describe the same setup and different episodes."""
+    """Files pooled into one dataset must describe the same setup and different episodes (LIBERO files may
+    hold different tasks of one suite: multi-task data, told apart by their instructions)."""
+    multitask = {str(m.get("env")) for m in metas} == {"libero"}
     for key in ("env", "task", "control_mode", "obs_mode", "robot_uids"):
+        if key == "task" and multitask:
+            suites = {str(m.get("task", "")).partition("/")[0] for m in metas}
+            if len(suites) > 1:
+                raise ConfigError("algo.dataset pools LIBERO files of different suites: " + ", ".join(
+                    f"'{p}' {m.get('task')!r}" for p, m in zip(paths, metas)) + "; pool tasks of one suite")
+            continue
         values = {str(m.get(key)) for m in metas}
         if len(values) > 1:
             raise ConfigError(f"algo.dataset pools files with different {key}: "
                               + ", ".join(f"'{p}' {m.get(key)!r}" for p, m in zip(paths, metas)) + "; pool one setup")
-    spans = [(int(m["seed"]), int(m["seed"]) + int(m.get("attempts", m.get("num_episodes", 0))), p)
+    spans = [(int(m["seed"]), int(m["seed"]) + int(m.get("attempts", m.get("num_episodes", 0))), p, str(m.get("task")))
              for p, m in zip(paths, metas) if isinstance(m.get("seed"), int)]
-    for i, (lo, hi, p) in enumerate(spans):
-        for lo2, hi2, p2 in spans[i + 1:]:
-            if lo < hi2 and lo2 < hi:
+    for i, (lo, hi, p, task) in enumerate(spans):
+        for lo2, hi2, p2, task2 in spans[i + 1:]:
+            if task == task2 and lo < hi2 and lo2 < hi:
                 raise ConfigError(f"algo.dataset pools '{p}' (seeds {lo}..{hi - 1}) and '{p2}' (seeds {lo2}..{hi2 - 1}): "
                                   "the same episodes twice; generate the second with a disjoint --seed")
 
@@ -107,6 +115,31 @@ def flatten(eps: list[Any], obs_keys: list[str], horizon: int = 1) -> DemoArrays
     return DemoArrays(obs, np.concatenate(chunks), instruction, np.concatenate(valid))
 
 
+def _check_libero_demos(cfg: TrainConfig) -> None:
+    """LIBERO demonstrations must come from the env's suite and tasks, at its image size."""
+    env, dataset = cfg.env, getattr(cfg.algo, "dataset", "")
+    if getattr(env, "name", None) != "libero" or not dataset:
+        return
+    from robo_rl.data.episodes import read_meta
+    from robo_rl.registry import SIMULATORS
+
+    ids = env.task_ids or tuple(range(SIMULATORS.get("libero").suite_size(env.suite)))
+    for path in [dataset] if isinstance(dataset, str) else dataset:
+        if not Path(path).is_file():  # a missing file is reported as such (check_inputs, dry-run listing)
+            continue
+        m = read_meta(path)
+        if m.get("env") != "libero":
+            raise ConfigError(f"algo.dataset '{path}' holds {m.get('env')!r} demonstrations; env.name is libero: "
+                              "record LIBERO demos with `robo-rl demos generate --sim libero`")
+        suite, _, idx = str(m.get("task", "")).partition("/")
+        if suite != env.suite or not idx.isdigit() or int(idx) not in ids:
+            raise ConfigError(f"algo.dataset '{path}' holds demos of {m.get('task')!r}, outside env.suite="
+                              f"{env.suite!r} task_ids={list(ids)}; train on the demos' tasks or record demos of these")
+        if m.get("image_size") not in (None, env.image_size):
+            raise ConfigError(f"algo.dataset '{path}' was recorded at {m['image_size']} px but env.image_size is "
+                              f"{env.image_size}; set env.image_size: {m['image_size']}")
+
+
 def check_offline_config(cfg: TrainConfig) -> None:
     """One-line errors an offline run can know from its config alone, before a run directory exists."""
     unused = [key for key, off in (("cluster.address", cfg.cluster.address is None), ("run.pipeline", not cfg.run.pipeline),
@@ -114,6 +147,7 @@ def check_offline_config(cfg: TrainConfig) -> None:
     if unused:
         raise ConfigError(f"config key {', '.join(repr(k) for k in unused)} does not apply to offline algorithm "
                           f"{cfg.algo.name!r} (one process, no rollouts); remove it")
+    _check_libero_demos(cfg)
     shift = getattr(cfg.algo, "image_shift", 0)
     if shift and getattr(cfg.env, "obs_mode", "rgb") != "rgb":
         raise ConfigError(f"config key 'algo.image_shift' = {shift} augments images, but env.obs_mode is "

@@ -341,3 +341,48 @@ def test_demos_that_keep_no_episode_write_nothing_and_say_why(tmp_path, monkeypa
     assert main(["demos", "generate", "--episodes", "2", "--only-success", "--out", str(tmp_path / "a.h5")]) == 2
     assert "succeeded in none of 2 attempts on PickCube-v1, so --only-success kept nothing" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def _libero_demos(path, task: str, seed: int = 0, image_size: int = 32):
+    ep = Episode({"rgb": np.zeros((3, 2, image_size, image_size, 3), np.uint8), "state": np.zeros((3, 8), np.float32)},
+                 np.zeros((2, 7), np.float32), np.zeros(2, np.float32), np.array([False, True]), "put the bowl", seed)
+    return write_episodes(path, [ep], {"env": "libero", "task": task, "control_mode": "OSC_POSE delta + gripper",
+                                       "obs_mode": "rgb", "image_size": image_size, "seed": seed, "num_episodes": 1})
+
+
+@pytest.mark.parametrize("env,files,msg", [
+    ({"suite": "libero_spatial", "task_ids": [0]}, [("libero_object/0", 32)], "outside env.suite='libero_spatial'"),
+    ({"suite": "libero_spatial", "task_ids": [1]}, [("libero_spatial/0", 32)], r"task_ids=\[1\]"),
+    ({"suite": "libero_spatial", "task_ids": [0], "image_size": 64}, [("libero_spatial/0", 32)],
+     "recorded at 32 px but env.image_size is 64"),
+])
+def test_libero_demos_that_do_not_fit_the_env_are_refused_before_any_env_starts(tmp_path, env, files, msg):
+    from robo_rl.config import from_dict
+    from robo_rl.errors import ConfigError
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.offline import check_offline_config
+
+    paths = [str(_libero_demos(tmp_path / f"d{i}.h5", task, seed=0, image_size=size))
+             for i, (task, size) in enumerate(files)]
+    cfg = from_dict(TrainConfig, {"env": {"name": "libero", "image_size": 32, **env},
+                                  "policy": {"name": "pi0", "arch": "small"},
+                                  "algo": {"name": "bc", "dataset": paths}})
+    with pytest.raises(ConfigError, match=msg):
+        check_offline_config(cfg)
+
+
+def test_libero_demos_of_two_suites_do_not_pool(tmp_path):
+    from robo_rl.errors import ConfigError
+    from robo_rl.runners.offline import load_demos
+
+    paths = [str(_libero_demos(tmp_path / "a.h5", "libero_spatial/0")), str(_libero_demos(tmp_path / "b.h5", "libero_object/1"))]
+    with pytest.raises(ConfigError, match="pools LIBERO files of different suites"):
+        load_demos(paths, ["rgb", "state"], False, None)
+
+
+def test_libero_demos_of_several_tasks_pool_into_one_dataset(tmp_path):
+    from robo_rl.runners.offline import load_demos
+
+    paths = [str(_libero_demos(tmp_path / f"d{i}.h5", f"libero_spatial/{i}", seed=0)) for i in range(3)]
+    eps, meta = load_demos(paths, ["rgb", "state"], False, None)
+    assert len(eps) == 3 and meta["env"] == "libero"  # same seeds, different tasks: different episodes
