@@ -1,8 +1,8 @@
 """A scripted pick-and-place expert for LIBERO tasks whose goal is ``In``/``On`` (object, target),
 e.g. every libero_object task ("pick up the X and place it in the basket").
 
-It reads privileged object positions from the sim and drives LIBERO's OSC_POSE controller with
-proportional end-effector deltas through phases: above the object, down, close, lift, above the
+It reads privileged object geometry from the sim and drives LIBERO's OSC_POSE controller with
+proportional end-effector deltas through phases: above the grasp point, down, close, lift, above the
 target, lower, open, then waits for LIBERO's success predicate. Orientation is held (zero rotation).
 """
 
@@ -16,7 +16,8 @@ from robo_rl.data.episodes import Episode
 from robo_rl.errors import ConfigError
 from sims.libero.env import LiberoConfig, LiberoSingleEnv
 
-LIFT_Z = 0.25  # metres, world frame, clear of the basket rim
+LIFT = 0.15  # metres above the grasp height to carry an object at
+HOLLOW = ("bowl", "basket", "plate")  # grasped at the rim: nothing to pinch at the centre
 
 
 def _target_name(name: str) -> str:
@@ -27,7 +28,12 @@ def _target_name(name: str) -> str:
 
 
 class PickPlaceExpert:
-    """Phase machine producing (7,) actions for a ``LiberoSingleEnv``."""
+    """Phase machine producing (7,) actions for a ``LiberoSingleEnv``.
+
+    Grasp and release points come from each object's collision geometry (not its body origin): a solid
+    object is pinched near its top (tall bottles at their neck, boxes and cans mid-height), a hollow one
+    (a bowl) at its rim on the side the gripper's fingers close across (world y); the carried object is
+    released with its centre over the target's centre."""
 
     def __init__(self, env: LiberoSingleEnv) -> None:
         goal = env.env.env.parsed_problem["goal_state"]
@@ -36,32 +42,64 @@ class PickPlaceExpert:
         self.env = env
         self.obj, self.target = goal[0][1], _target_name(goal[0][2])
         self.phase, self.hold = 0, 0
+        self.offset = np.zeros(3)  # gripper - object centre, fixed at the grasp
+        self.clear = 0.0  # height above the object the gripper approaches at
+        self.last_eef, self.stalled = np.zeros(3), 0  # steps the end effector has not moved
 
-    def _pos(self, name: str) -> np.ndarray:
+    def _extent(self, name: str) -> tuple[np.ndarray, float, float, float]:
+        """(centre xy (2,), bottom z, top z, horizontal radius) of an object's collision geoms (world frame)."""
         inner = self.env.env.env
         sim = inner.sim
-        return sim.data.body_xpos[sim.model.body_name2id(inner.objects_dict[name].root_body)].copy()
+        m, d = sim.model._model, sim.data._data
+        root = sim.model.body_name2id(inner.objects_dict[name].root_body)
+        geoms = []
+        for g in range(m.ngeom):
+            b = int(m.geom_bodyid[g])
+            while b not in (0, root):
+                b = int(m.body_parentid[b])
+            if b == root and m.geom_contype[g] | m.geom_conaffinity[g]:
+                geoms.append(g)
+        if not geoms:  # a site-only region: its body origin
+            p = d.xpos[root]
+            return p[:2].copy(), float(p[2]), float(p[2]), 0.0
+        pos = d.geom_xpos[geoms]
+        half = np.array([abs(d.geom_xmat[g].reshape(3, 3)[2]) @ _half_size(m, g) for g in geoms])
+        centre = d.xpos[root][:2].copy()
+        radius = float(np.max(np.linalg.norm(pos[:, :2] - centre, axis=1)))
+        return centre, float(np.min(pos[:, 2] - half)), float(np.max(pos[:, 2] + half)), radius
 
-    @staticmethod
-    def _move(eef: np.ndarray, goal: np.ndarray, grip: float) -> tuple[np.ndarray, bool]:
-        err = goal - eef
-        a = np.zeros(7, np.float32)
-        a[:3] = np.clip(err / 0.05 * 2.0, -1.0, 1.0)
-        a[6] = grip
-        return a, bool(np.linalg.norm(err) < 0.012)
+    def _grasp_point(self) -> np.ndarray:
+        centre, bottom, top, radius = self._extent(self.obj)
+        if any(h in self.obj for h in HOLLOW):
+            return np.r_[centre[0], centre[1] + max(0.0, radius - 0.004), top - 0.015]
+        height = top - bottom
+        if height > 0.12:  # tall (bottles): at the neck
+            z = top - 0.03
+        elif height < 0.06:  # flat (boxes lying down): just below the top, the fingertips clear of the floor
+            z = top - 0.012
+        else:
+            z = bottom + 0.55 * height
+        return np.r_[centre, z]
 
     def act(self, state: np.ndarray) -> np.ndarray:
         eef = state[:3]
-        obj, tgt = self._pos(self.obj), self._pos(self.target)
+        if self.phase <= 1:  # track the object until it is held
+            grasp = self._grasp_point()
+            obj_centre, _, obj_top, _ = self._extent(self.obj)
+            self.offset = grasp - np.r_[obj_centre, grasp[2]]
+            self.clear = max(obj_top, grasp[2]) + 0.06
+        tgt_centre, _, tgt_top, _ = self._extent(self.target)
+        carry = max(self.clear, tgt_top + 0.12) + LIFT * 0.5
+        drop = np.r_[tgt_centre + self.offset[:2], tgt_top + 0.06]
         phases = [
-            (np.r_[obj[:2], obj[2] + 0.10], -1.0),   # 0 above object
-            (np.r_[obj[:2], obj[2] + 0.005], -1.0),  # 1 down to grasp height
-            (None, 1.0),                             # 2 close gripper
-            (np.r_[eef[:2], LIFT_Z], 1.0),           # 3 lift
-            (np.r_[tgt[:2], LIFT_Z], 1.0),           # 4 above target
-            (np.r_[tgt[:2], tgt[2] + 0.12], 1.0),    # 5 lower
-            (None, -1.0),                            # 6 open
-            (np.r_[tgt[:2], LIFT_Z], -1.0),          # 7 retreat and wait
+            (np.r_[self._grasp_point()[:2], self.clear] if self.phase == 0 else None, -1.0),  # 0 above the grasp
+            (self._grasp_point() if self.phase == 1 else None, -1.0),                        # 1 down to it
+            (None, 1.0),                                                                     # 2 close gripper
+            (np.r_[eef[:2], carry], 1.0),                                                    # 3 lift
+            (np.r_[drop[:2], carry], 1.0),                                                   # 4 above target
+            (drop, 1.0),                                                                     # 5 lower
+            (None, -1.0),                                                                    # 6 open
+            (np.r_[drop[:2], carry], -1.0),                                                  # 7 retreat and wait
         ]
         goal, grip = phases[min(self.phase, len(phases) - 1)]
         if goal is None:
@@ -72,9 +110,36 @@ class PickPlaceExpert:
                 self.phase, self.hold = self.phase + 1, 0
             return a
         a, reached = self._move(eef, goal, grip)
-        if reached and self.phase < len(phases) - 1:
-            self.phase += 1
+        # blocked on the way down (fingertips on the floor or the table, an object in the way): as far as it goes
+        self.stalled = self.stalled + 1 if np.linalg.norm(eef - self.last_eef) < 0.001 else 0
+        self.last_eef = eef.copy()
+        if (reached or (self.phase in (1, 5) and self.stalled >= 8)) and self.phase < len(phases) - 1:
+            self.phase, self.stalled = self.phase + 1, 0
         return a
+
+    @staticmethod
+    def _move(eef: np.ndarray, goal: np.ndarray, grip: float) -> tuple[np.ndarray, bool]:
+        err = goal - eef
+        a = np.zeros(7, np.float32)
+        a[:3] = np.clip(err / 0.05 * 2.0, -1.0, 1.0)
+        a[6] = grip
+        return a, bool(np.linalg.norm(err) < 0.012)
+
+
+def _half_size(m: object, g: int) -> np.ndarray:
+    """(3,) half extents of geom ``g`` in its own frame (boxes: size; spheres/cylinders/capsules: radius
+    and half height; meshes: their bounding box)."""
+    import mujoco
+
+    size = np.asarray(m.geom_size[g], float)  # type: ignore[attr-defined]
+    kind = int(m.geom_type[g])  # type: ignore[attr-defined]
+    if kind == mujoco.mjtGeom.mjGEOM_BOX:
+        return size.copy()
+    if kind == mujoco.mjtGeom.mjGEOM_SPHERE:
+        return np.full(3, size[0])
+    if kind in (mujoco.mjtGeom.mjGEOM_CYLINDER, mujoco.mjtGeom.mjGEOM_CAPSULE):
+        return np.r_[size[0], size[0], size[1] + (size[0] if kind == mujoco.mjtGeom.mjGEOM_CAPSULE else 0.0)]
+    return np.asarray(m.geom_aabb[g][3:], float)  # type: ignore[attr-defined]
 
 
 def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_size: int = 128,

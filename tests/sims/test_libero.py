@@ -239,3 +239,14 @@ def test_reset_each_puts_a_group_on_one_init_state(need_libero):
         assert not np.array_equal(obs["rgb"][0], obs["rgb"][2])
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("task", ["libero_spatial/0", "libero_object/4"], ids=["bowl-rim", "tall-bottle"])
+def test_scripted_expert_grasps_from_the_objects_geometry(need_libero, task):
+    """A bowl (hollow: pinched at its rim) and a tall bottle (at its neck) from official init state 0."""
+    from sims.libero.env import LiberoConfig
+    from sims.libero.support import SUPPORT
+
+    suite, _, idx = task.partition("/")
+    episodes, successes, _ = SUPPORT.expert_block(LiberoConfig(suite=suite, task_ids=(int(idx),), image_size=32), 1, 0)
+    assert (episodes, successes) == (1, 1)
