@@ -45,6 +45,7 @@ class PickPlaceExpert:
         self.offset = np.zeros(3)  # gripper - object centre, fixed at the grasp
         self.clear = 0.0  # height above the object the gripper approaches at
         self.last_eef, self.stalled = np.zeros(3), 0  # steps the end effector has not moved
+        self.narrow = None if any(h in self.obj for h in HOLLOW) else self._narrow_axis(self.obj)
 
     def _extent(self, name: str) -> tuple[np.ndarray, float, float, float]:
         """(centre xy (2,), bottom z, top z, horizontal radius) of an object's collision geoms (world frame)."""
@@ -67,6 +68,43 @@ class PickPlaceExpert:
         centre = d.xpos[root][:2].copy()
         radius = float(np.max(np.linalg.norm(pos[:, :2] - centre, axis=1)))
         return centre, float(np.min(pos[:, 2] - half)), float(np.max(pos[:, 2] + half)), radius
+
+    def _narrow_axis(self, name: str) -> np.ndarray | None:
+        """(2,) world xy direction of an object's narrow horizontal side, or None when it is round or square
+        (the fingers, closing along it, then pinch its short width)."""
+        inner = self.env.env.env
+        sim = inner.sim
+        m, d = sim.model._model, sim.data._data
+        root = sim.model.body_name2id(inner.objects_dict[name].root_body)
+        best: tuple[float, int] | None = None
+        for g in range(m.ngeom):
+            if int(m.geom_bodyid[g]) == root and m.geom_contype[g] | m.geom_conaffinity[g]:
+                vol = float(np.prod(_half_size(m, g)))
+                best = max(best or (vol, g), (vol, g))
+        if best is None:
+            return None
+        g = best[1]
+        rot, half = d.geom_xmat[g].reshape(3, 3), _half_size(m, g)
+        horizontal = [j for j in range(3) if abs(rot[2, j]) < 0.5]
+        if len(horizontal) != 2:
+            return None
+        a, b = sorted(horizontal, key=lambda j: half[j])
+        if half[b] < 1.3 * half[a]:
+            return None
+        axis = rot[:2, a]
+        return axis / (np.linalg.norm(axis) + 1e-9)
+
+    def _yaw_action(self, state: np.ndarray) -> float:
+        """Rotation about world z (OSC_POSE delta, in [-1, 1]) that turns the fingers' closing axis onto the
+        object's narrow side; 0 for objects without one."""
+        if self.narrow is None:
+            return 0.0
+        from scipy.spatial.transform import Rotation
+
+        fingers = Rotation.from_rotvec(state[3:6]).apply([0.0, 1.0, 0.0])[:2]
+        err = np.arctan2(fingers[0] * self.narrow[1] - fingers[1] * self.narrow[0], fingers @ self.narrow)
+        err = (err + np.pi / 2) % np.pi - np.pi / 2  # the two fingers are symmetric: turn at most 90 degrees
+        return float(np.clip(err / 0.3, -1.0, 1.0))
 
     def _grasp_point(self) -> np.ndarray:
         centre, bottom, top, radius = self._extent(self.obj)
@@ -110,6 +148,8 @@ class PickPlaceExpert:
                 self.phase, self.hold = self.phase + 1, 0
             return a
         a, reached = self._move(eef, goal, grip)
+        if self.phase <= 1:
+            a[5] = self._yaw_action(state)
         # blocked on the way down (fingertips on the floor or the table, an object in the way): as far as it goes
         self.stalled = self.stalled + 1 if np.linalg.norm(eef - self.last_eef) < 0.001 else 0
         self.last_eef = eef.copy()
