@@ -54,3 +54,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for sim in ("maniskill", "libero"):
             if f"need_{sim}" in getattr(item, "fixturenames", ()):
                 item.add_marker(getattr(pytest.mark, sim))
+
+
+FAKE_ENV = "fake_reach"
+
+
+@pytest.fixture
+def fake_env():
+    """The registered, simulator-free env ``fake_reach`` (tests/fakes/vec.py), for one test; yields its name."""
+    from robo_rl.registry import ENVS
+
+    ENVS.register(FAKE_ENV, "tests.fakes.vec:PointReachVecEnv")
+    yield FAKE_ENV
+    ENVS.unregister(FAKE_ENV)

@@ -19,7 +19,7 @@ import torch
 
 from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
-from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.algorithms.optim import OptimizerState, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import TokenScorer
 from robo_rl.config import check_ranges, ranged
@@ -88,7 +88,7 @@ def grpo_loss(new: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, clip_low:
     return -surrogate.mean(), terms
 
 
-class GRPO:
+class GRPO(OptimizerState):
     """GRPO on any ``Policy`` that is also a ``torch.nn.Module``."""
 
     Config = GRPOConfig
@@ -130,43 +130,32 @@ class GRPO:
         with torch.no_grad():  # the behaviour policy is the current one: nothing was updated since the rollout
             old = self._log_probs(batch.obs, batch.extras) if self.tokens else batch.log_prob
             ref = None if self.reference is None else self._log_probs(batch.obs, batch.extras, self.reference)
-        mb_size = max(1, n // cfg.minibatches)
         sums: dict[str, float] = {}
         count = 0
-        for _ in range(cfg.epochs):
-            perm = torch.randperm(n, generator=self.generator)
-            for start in range(0, n - mb_size + 1, mb_size):
-                idx = perm[start:start + mb_size]
-                mb = batch.index(idx)
-                new = self._log_probs(mb.obs, mb.extras)
-                loss, terms = grpo_loss(new, old[idx], mb.advantages, cfg.clip_low, cfg.clip_high)
-                terms["policy_loss"] = loss.detach()
-                if ref is not None:  # k3: exp(ref - new) - (ref - new) - 1 >= 0, an unbiased KL(new || ref)
-                    d = ref[idx] - new
-                    kl = (d.exp() - d - 1.0).mean()
-                    loss = loss + cfg.kl_coef * kl
-                    terms["kl_ref"] = kl.detach()
-                if cfg.ent_coef > 0:
-                    entropy = self.calls("evaluate", mb.obs, mb.extras)[1].mean()
-                    loss = loss - cfg.ent_coef * entropy
-                    terms["entropy"] = entropy.detach()
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
-                                                           cfg.max_grad_norm)
-                self.optimizer.step()
-                for k, v in {**terms, "grad_norm": grad_norm, "loss": loss.detach()}.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                count += 1
+        for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
+            mb = batch.index(idx)
+            new = self._log_probs(mb.obs, mb.extras)
+            loss, terms = grpo_loss(new, old[idx], mb.advantages, cfg.clip_low, cfg.clip_high)
+            terms["policy_loss"] = loss.detach()
+            if ref is not None:  # k3: exp(ref - new) - (ref - new) - 1 >= 0, an unbiased KL(new || ref)
+                d = ref[idx] - new
+                kl = (d.exp() - d - 1.0).mean()
+                loss = loss + cfg.kl_coef * kl
+                terms["kl_ref"] = kl.detach()
+            if cfg.ent_coef > 0:
+                entropy = self.calls("evaluate", mb.obs, mb.extras)[1].mean()
+                loss = loss - cfg.ent_coef * entropy
+                terms["entropy"] = entropy.detach()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                                       cfg.max_grad_norm)
+            self.optimizer.step()
+            for k, v in {**terms, "grad_norm": grad_norm, "loss": loss.detach()}.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            count += 1
         out = {k: v / max(1, count) for k, v in sums.items()}
         out["advantage_abs_mean"] = float(batch.advantages.abs().mean()) if n else 0.0
         out["transitions"] = float(n)
         self.updates += 1
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_optimizer_state(self.optimizer, state["optimizer"])
-        self.updates = int(state.get("updates", 0))

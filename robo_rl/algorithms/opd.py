@@ -20,7 +20,7 @@ from typing import Any, Literal
 import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
-from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.algorithms.optim import OptimizerState, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import TokenScorer, require
 from robo_rl.config import check_ranges, ranged
@@ -78,7 +78,7 @@ def opd_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantage
     return -surrogate.mean(), clip_frac
 
 
-class OPD:
+class OPD(OptimizerState):
     """On-policy distillation of ``policy`` (the student) towards a teacher ``Policy``."""
 
     Config = OPDConfig
@@ -94,6 +94,7 @@ class OPD:
         self.generator = generator
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
+        self.updates = 0
 
     def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
         """Use ``teacher``: it must read the student's tokens the same way (same ``token_space``)."""
@@ -120,31 +121,22 @@ class OPD:
             old = self.calls("token_log_probs", batch.obs, batch.extras)  # through the FSDP wrapper too
             teacher = self.teacher.token_log_probs(batch.obs, batch.extras)
         adv = opd_advantages(teacher, old)
-        mb_size = max(1, n // cfg.minibatches)
         sums: dict[str, float] = {}
         count = 0
-        for _ in range(cfg.epochs):
-            perm = torch.randperm(n, generator=self.generator)
-            for start in range(0, n - mb_size + 1, mb_size):
-                idx = perm[start:start + mb_size]
-                mb = batch.index(idx)
-                new = self.calls("token_log_probs", mb.obs, mb.extras)
-                loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef, cfg.loss)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
-                                                           cfg.max_grad_norm)
-                self.optimizer.step()
-                for k, v in {"policy_loss": loss, "clip_frac": clip_frac, "grad_norm": grad_norm}.items():
-                    sums[k] = sums.get(k, 0.0) + float(v.detach())
-                count += 1
+        for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
+            mb = batch.index(idx)
+            new = self.calls("token_log_probs", mb.obs, mb.extras)
+            loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef, cfg.loss)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                                       cfg.max_grad_norm)
+            self.optimizer.step()
+            for k, v in {"policy_loss": loss, "clip_frac": clip_frac, "grad_norm": grad_norm}.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach())
+            count += 1
         out = {k: v / max(1, count) for k, v in sums.items()}
         out["reverse_kl"] = float(-adv.sum(-1).mean())  # E_student[log pi_S - log pi_T] per step
         out["advantage_mean"] = float(adv.mean())
+        self.updates += 1
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_optimizer_state(self.optimizer, state["optimizer"])

@@ -1,8 +1,9 @@
-"""Optimizer state across a resume."""
+"""What every gradient-based algorithm shares: its optimizer state across a resume, and the epoch x
+minibatch index order of an update."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -23,3 +24,28 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     (loader or optimizer.load_state_dict)(state)
     for group, hyper in zip(optimizer.param_groups, fresh):
         group.update(hyper)
+
+
+def minibatch_indices(n: int, minibatches: int, epochs: int, generator: torch.Generator | None) -> Iterator[torch.Tensor]:
+    """Indices (M,) of each minibatch: ``epochs`` shuffled passes over ``n`` rows, each cut into
+    ``minibatches`` parts of M = max(1, n // minibatches) (the last n % minibatches rows of a pass rest)."""
+    size = max(1, n // minibatches)
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n - size + 1, size):
+            yield perm[start:start + size]
+
+
+class OptimizerState:
+    """``state_dict``/``load_state_dict`` of an algorithm whose state is ``self.optimizer`` and the count of
+    ``self.updates`` it made."""
+
+    optimizer: torch.optim.Optimizer
+    updates: int
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_optimizer_state(self.optimizer, state["optimizer"])
+        self.updates = int(state.get("updates", 0))

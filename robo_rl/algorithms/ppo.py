@@ -10,7 +10,7 @@ import torch
 
 from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
-from robo_rl.algorithms.optim import load_optimizer_state
+from robo_rl.algorithms.optim import OptimizerState
 from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import SeparateCritic
 from robo_rl.config import check_ranges, ranged
@@ -106,7 +106,7 @@ def ppo_losses(new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage
     return {"policy_loss": policy_loss, "value_loss": value_loss, "approx_kl": approx_kl, "clip_frac": clip_frac}
 
 
-class PPO:
+class PPO(OptimizerState):
     """PPO on any ``Policy`` that is also a ``torch.nn.Module``."""
 
     Config = PPOConfig
@@ -209,10 +209,3 @@ class PPO:
         self.updates += 1
         out["lr"] = float(self.optimizer.param_groups[0]["lr"])
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_optimizer_state(self.optimizer, state["optimizer"])
-        self.updates = int(state.get("updates", 0))

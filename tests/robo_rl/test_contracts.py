@@ -25,17 +25,14 @@ from robo_rl.contracts import Algorithm, OnPolicyAlgorithm, Policy, StepResult, 
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 from robo_rl.rollout.collector import Collector
 from robo_rl.rollout.groups import GroupCollector
-from tests.conftest import REPO
+from tests.conftest import FAKE_ENV, REPO
 
-FAKE = "fake_reach"
+FAKE = FAKE_ENV
 
 
 @pytest.fixture(autouse=True)
-def fake_env_registered():
-    """The simulator-free env, registered for this module's tests only."""
-    ENVS.register(FAKE, "tests.fakes.vec:PointReachVecEnv")
-    yield
-    ENVS.unregister(FAKE)
+def _registered(fake_env):
+    """The simulator-free env, registered for this module's tests."""
 
 
 ENV_PRESETS = {

@@ -14,15 +14,14 @@ from robo_rl.algorithms.grpo import GRPOConfig, grpo_loss
 from robo_rl.batch import Trajectories
 from robo_rl.errors import ConfigError
 from robo_rl.registry import ENVS
+from tests.conftest import FAKE_ENV
 
-FAKE = "fake_reach"
+FAKE = FAKE_ENV
 
 
 @pytest.fixture(autouse=True)
-def fake_env_registered():
-    ENVS.register(FAKE, "tests.fakes.vec:PointReachVecEnv")
-    yield
-    ENVS.unregister(FAKE)
+def _registered(fake_env):
+    """The simulator-free env, registered for this module's tests."""
 
 
 def _traj(success_at: list[int | None], length: int = 4) -> Trajectories:
