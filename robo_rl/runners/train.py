@@ -445,11 +445,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from robo_rl.registry import ALGORITHMS
 
     offline = getattr(ALGORITHMS.get(cfg.algo.name), "offline", False)
-    check_inputs(cfg)  # missing files first: the offline checks read the demonstrations' headers
     if offline:
         from robo_rl.runners.offline import OfflineTrainer, check_offline_config
 
-        check_offline_config(cfg)
+        check_offline_config(cfg)  # (files it cannot find are left to check_inputs)
+    check_inputs(cfg)
     if cfg.cluster.address is not None:
         from robo_rl.distributed.rollout import preflight
 
