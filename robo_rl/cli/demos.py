@@ -47,10 +47,14 @@ def cmd_demos(args: argparse.Namespace) -> int:
                 raise RoboRLError(f"{', '.join(given)} apply to --sim maniskill only; LIBERO demos are the scripted "
                                   "expert's rgb + state episodes in one process: drop them")
             eps = list(libero_generate(suite, int(idx or 0), args.episodes, seed=args.seed, image_size=args.image_size,
-                                       only_success=args.only_success, on_episode=on_episode))
+                                       only_success=args.only_success, on_episode=on_episode,
+                                       fast_render=args.fast_render, init_states=args.init_states))
             meta = {"env": "libero", "task": args.task, "control_mode": "OSC_POSE delta + gripper", "obs_mode": "rgb",
-                    "image_size": args.image_size, "source": "scripted pick-and-place expert (privileged object poses)"}
+                    "image_size": args.image_size, "fast_render": args.fast_render, "init_states": args.init_states,
+                    "source": "scripted pick-and-place expert (privileged object poses)"}
         else:
+            if args.fast_render or args.init_states != "sampled":
+                raise RoboRLError("--fast-render and --init-states apply to --sim libero only; drop them")
             from sims.maniskill.experts import KINDS, generate
 
             eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,

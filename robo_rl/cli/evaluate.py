@@ -85,7 +85,7 @@ def _eval_benchmark(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None,
                              args.seed, block=args.block, task=args.task, strengths=tuple(args.strengths),
-                             media=args.media)
+                             media=args.media, stochastic=args.stochastic)
     minutes = (time.monotonic() - t0) / 60
     n_eps = sum(t["episodes"] for t in res["tasks"].values())
     print(f"{args.benchmark}: {n_eps} episodes, {minutes:.2f} min in this call = {n_eps / max(minutes, 1e-9):.1f} "

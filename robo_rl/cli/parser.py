@@ -122,6 +122,12 @@ def _add_demos(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--robot", default=None,
                    help="ManiSkill robot_uids instead of the task's robot (e.g. panda_wristcam: a wrist camera too); "
                         "train with env.extra.robot_uids set the same")
+    g.add_argument("--fast-render", action="store_true",
+                   help="LIBERO: record with env.fast_render's cheaper images (no shadows/reflections); "
+                        "train and evaluate with env.fast_render: true")
+    g.add_argument("--init-states", choices=["sampled", "official"], default="sampled",
+                   help="LIBERO: fresh layouts from the task's placement regions (default: demonstrations apart "
+                        "from the evaluation states) or the official evaluation init states")
     g.set_defaults(fn=cmd_demos)
     c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or "
                                         "an error), or rosbag2 recordings (deploy --record, ros2 bag record) "

@@ -1,7 +1,8 @@
 """Named generalization benchmarks, evaluated reproducibly and resumably (`robo-rl eval CKPT --benchmark NAME`).
 
 A benchmark is a list of tasks plus what it varies, applied on top of the env the policy was trained
-in: LIBERO suites (every task of the suite, the official init states, the suite's episode length),
+in: LIBERO suites (every task of the suite, the official init states, the suite's episode length; the
+``-vision``, ``-semantic`` and ``-execution`` splits add camera/light, instruction or object-pose shifts),
 and ManiSkill splits in the RL4VLA taxonomy built on the simulators' variation hooks (``id``: nothing;
 ``vision``: camera pose and lighting; ``semantic``: paraphrased instructions; ``execution``: object
 initial poses). Episodes run in blocks with pinned seeds: episode j of task k uses seed / init state
@@ -12,9 +13,10 @@ evaluation resumes where it stopped and gives the same numbers as an uninterrupt
 Results JSON (schema 1): ``{"schema", "benchmark", "varies", "checkpoint", "seed", "episodes_per_task",
 "block", "strengths", "task_set": [task names], "env": {the policy's env config, less worker/env-count keys},
 "environment": {package versions, simulator backend}, "tasks": {task: {"blocks": {b: [episodes,
-successes, return sum]}, "episodes", "successes", "success_rate", "ci95": [low, high], "mean_return"}},
+successes, return sum, per-env episode outcomes (0/1)]}, "episodes", "successes", "success_rate", "ci95": [low, high], "mean_return"}},
 "aggregate": {"mean", "mean_low", "mean_high", "iqm_over_tasks", "tasks"}}`` (per-task CIs from the
-bootstrap of the task's episodes; the mean over tasks with rliable's stratified bootstrap over episodes).
+bootstrap of the task's episodes; the mean over tasks with rliable's stratified bootstrap over episodes);
+``"actions": "sampled"`` after the header's ``strengths`` when actions were sampled, not greedy.
 A file resumes only an evaluation with the same keys up to ``env`` (its identity); another is refused.
 """
 
@@ -63,6 +65,16 @@ class Benchmark:
 BENCHMARKS: dict[str, Benchmark] = {
     **{f"libero-{s}": Benchmark("libero", f"the {s} suite: all its tasks from the official init states", f"libero_{s}",
                                 needs_rgb=True) for s in ("spatial", "object", "goal", "10", "90")},
+    **{f"libero-{s}-vision": Benchmark("libero", f"the {s} suite from the official init states with the agentview "
+                                       "camera moved +-3 cm and light intensity x U(0.5, 1.5) per episode", f"libero_{s}",
+                                       variations={"camera_jitter": 0.03, "light_scale": (0.5, 1.5)}, needs_rgb=True)
+       for s in ("spatial", "object", "goal", "10")},
+    **{f"libero-{s}-semantic": Benchmark("libero", f"the {s} suite from the official init states with the instruction "
+                                         "paraphrased (verb synonyms and politeness frames)", f"libero_{s}",
+                                         variations={"paraphrase": True}) for s in ("spatial", "object", "goal", "10")},
+    **{f"libero-{s}-execution": Benchmark("libero", f"the {s} suite from the official init states with every movable "
+                                          "object moved +-2 cm in x and y", f"libero_{s}",
+                                          variations={"object_pose_jitter": 0.02}) for s in ("spatial", "object", "goal", "10")},
     "maniskill-id": Benchmark("maniskill", "nothing: the training distribution"),
     "maniskill-vision": Benchmark("maniskill", "camera position +-3 cm, light intensity x U(0.5, 1.5), table and floor "
                                   "textures replaced by random plain colours in half of the episodes, and 2 distractor "
@@ -128,10 +140,12 @@ def task_env_configs(bench: Benchmark, train_env: Any, num_envs: int | None,
         raise ConfigError(f"benchmark is a LIBERO suite but the policy was trained in {train_env.name!r}; evaluate it "
                           "on a ManiSkill split (maniskill-id, maniskill-vision, ...)")
     if tuple(strengths) != (1.0,):
-        raise ConfigError("--strengths applies to ManiSkill splits; LIBERO suites vary nothing")
+        raise ConfigError("--strengths applies to ManiSkill splits; LIBERO splits vary at one strength")
     size = simulator_support("libero", "benchmark support").suite_size(bench.suite)
-    return {f"{bench.suite}/{i}": (dataclasses.replace(train_env, suite=bench.suite, task_ids=(i,), max_episode_steps=None, **n), i)
-            for i in range(size)}
+    # the official init states always, whatever the policy trained on; a split's variations on top
+    fixed = {"suite": bench.suite, "max_episode_steps": None, "init_states": "official",
+             "variations": dataclasses.replace(train_env.variations, **bench.variations)}
+    return {f"{bench.suite}/{i}": (dataclasses.replace(train_env, task_ids=(i,), **fixed, **n), i) for i in range(size)}
 
 
 def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: str) -> None:
@@ -221,9 +235,10 @@ def _open_results(path: Path, header: dict[str, Any]) -> dict[str, Any]:
 
 
 def _task_blocks(checkpoint: str, policy: Any, env_cfg: Any, todo: list[int], episodes: int, block: int,
-                 seed: int) -> Any:
-    """Yield (block index, [episodes, successes, return sum]) for each block in ``todo`` of one task;
-    block b's episodes start from seed ``seed + block * b``."""
+                 seed: int, deterministic: bool = True) -> Any:
+    """Yield (block index, [episodes, successes, return sum, per-env episode outcomes]) for each block in
+    ``todo`` of one task (the expert's blocks: the first three); block b's episodes start from seed
+    ``seed + block * b``."""
     from robo_rl.build import build_env
     from robo_rl.runners.evaluate import evaluate_policy
 
@@ -238,8 +253,9 @@ def _task_blocks(checkpoint: str, policy: Any, env_cfg: Any, todo: list[int], ep
         for b in todo:
             s_b = seed + block * b
             pol = UniformRandomPolicy(env.action_spec, s_b) if checkpoint == "random" else policy
-            res = evaluate_policy(env, pol, min(block, episodes - b * block), seed=s_b, deterministic=True)
-            yield b, [res.episodes, res.successes, res.mean_return * res.episodes]
+            res = evaluate_policy(env, pol, min(block, episodes - b * block), seed=s_b, deterministic=deterministic)
+            yield b, [res.episodes, res.successes, res.mean_return * res.episodes,
+                      [[int(x) for x in e] for e in res.episode_success]]
     finally:
         env.close()
 
@@ -258,12 +274,15 @@ def _aggregate(tasks: list[dict[str, Any]], seed: int) -> dict[str, Any]:
 
 def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_envs: int | None = None,
                        seed: int = 10_000, block: int = 10, task: str | None = None,
-                       strengths: tuple[float, ...] = (1.0,), media: bool = False) -> dict[str, Any]:
+                       strengths: tuple[float, ...] = (1.0,), media: bool = False,
+                       stochastic: bool = False) -> dict[str, Any]:
     """Evaluate ``checkpoint`` on benchmark ``name`` (``episodes`` per task), resuming ``out`` if it holds
     finished blocks of the same evaluation. ``checkpoint`` may name a reference policy instead
     (``random`` or ``expert``, see ``robo_rl.eval.reference``; ``task`` picks the ManiSkill task).
     ``strengths``: multiples of the split's variations to sweep; ``media``: thumbnails and videos of a few
-    episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert)."""
+    episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert).
+    ``task`` for a LIBERO checkpoint: comma-separated SUITE/INDEX tasks (e.g. the ones it trained on);
+    ``stochastic``: sampled actions instead of the greedy ones (part of the file's identity)."""
     from robo_rl.build import load_run, policy_from_checkpoint
     from robo_rl.eval.stats import success_ci
 
@@ -276,17 +295,23 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         train_env = reference_env(bench.sim, task)
         label = checkpoint
     else:
-        if task is not None:
-            raise ConfigError("--task is for reference policies (random, expert); a checkpoint evaluates its own task")
+        if task is not None and bench.sim != "libero":
+            raise ConfigError("--task is for reference policies (random, expert) and LIBERO suites; a ManiSkill "
+                              "checkpoint evaluates its own task")
         run = load_run(checkpoint)
         label = str(run.ckpt)
         train_env = run.config.env
+    if stochastic and checkpoint in ("random", "expert"):
+        raise ConfigError(f"--stochastic applies to checkpoints; the {checkpoint} reference has one way to act")
     envs = task_env_configs(bench, train_env, num_envs, tuple(strengths))  # refuses another simulator's policy
-    if reference and task is not None and bench.sim == "libero":  # --task SUITE/INDEX: that task of the suite
-        if task not in envs:
-            raise ConfigError(f"--task {task!r} is not a task of benchmark {name!r}: use {bench.suite}/N with N in "
-                              f"0..{len(envs) - 1}, or omit --task for all of them")
-        envs = {task: envs[task]}
+    if task is not None and bench.sim == "libero":  # --task SUITE/INDEX[,SUITE/INDEX]: those tasks of the suite
+        wanted = [t.strip() for t in task.split(",") if t.strip()]
+        unknown = [t for t in wanted if t not in envs]
+        if unknown or not wanted:
+            raise ConfigError(f"--task {', '.join(repr(t) for t in unknown) or repr(task)} is not a task of benchmark "
+                              f"{name!r}: use {bench.suite}/N with N in 0..{len(envs) - 1} (several: comma-separated), "
+                              "or omit --task for all of them")
+        envs = {t: envs[t] for t in wanted}
     if not reference:
         policy, obs_spec, _ = policy_from_checkpoint(run)
         if bench.needs_rgb and "rgb" not in obs_spec:
@@ -296,6 +321,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     header = json.loads(json.dumps({
         "schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": label, "seed": seed,
         "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths],
+        **({"actions": "sampled"} if stochastic else {}),
         "task_set": list(envs), "env": _identity(train_env)}))
     results: dict[str, Any] = {**header, "environment": _environment(bench.sim, next(iter(envs.values()))[0]),
                                "tasks": _open_results(path, header)}
@@ -303,7 +329,8 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     for task, (env_cfg, k) in envs.items():
         rec = results["tasks"].setdefault(task, {"blocks": {}})
         todo = [b for b in range(n_blocks) if str(b) not in rec["blocks"]]
-        for b, outcome in _task_blocks(checkpoint, policy, env_cfg, todo, episodes, block, seed + 1000 * k):
+        for b, outcome in _task_blocks(checkpoint, policy, env_cfg, todo, episodes, block, seed + 1000 * k,
+                                       deterministic=not stochastic):
             rec["blocks"][str(b)] = outcome
             _write(path, results)  # every finished block is kept: an interrupted evaluation resumes here
         if media and checkpoint != "expert":

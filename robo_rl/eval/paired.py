@@ -1,6 +1,7 @@
 """Paired comparison of two policies' evaluations (``robo-rl compare``).
 
-Evaluations written by ``robo-rl eval`` / ``robo-rl steer eval`` hold ``episode_success``: per env, the
+Evaluations written by ``robo-rl eval`` / ``robo-rl steer eval`` hold ``episode_success`` (benchmark results
+files: per-episode outcomes in each block, read task by task and block by block): per env, the
 outcomes of its episodes in order. With the same seed and env count, env i's k-th episode starts from the
 same initial state under both policies, so outcomes pair up and the difference's CI can use the pairing.
 Several files per side (e.g. two seed sets) are concatenated in the order given. Evaluations of a mixed
@@ -29,6 +30,27 @@ def _check_outcomes(path: str, key: str, per_env: Any) -> None:
                           f"got {got[:60] + '...' if len(got) > 60 else got}")
 
 
+def benchmark_outcomes(path: str, d: dict[str, Any]) -> list[list[int]]:
+    """A benchmark results file's outcomes, one list per block (task by task in ``task_set`` order, block by
+    block), each in episode order: env i's k-th episode of a block with B envs is episode i + k B, the
+    episode whose seed is pinned, so two files with the same seed pair up whatever their env counts."""
+    out: list[list[int]] = []
+    tasks = d.get("tasks") if isinstance(d.get("tasks"), dict) else {}
+    for task in d.get("task_set") or list(tasks):
+        blocks = tasks.get(task, {}).get("blocks", {})
+        for b in sorted(blocks, key=int):
+            rec = blocks[b]
+            if not isinstance(rec, list) or len(rec) < 4:
+                raise RoboRLError(f"{path}: benchmark block {task} #{b} holds counts, not per-episode outcomes (an "
+                                  "expert reference or an older file); pair evaluations of checkpoints made with "
+                                  "this version of 'robo-rl eval --benchmark'")
+            _check_outcomes(path, f"tasks.{task}.blocks.{b}[3]", rec[3])
+            per_env = rec[3]
+            longest = max((len(e) for e in per_env), default=0)
+            out.append([int(e[k]) for k in range(longest) for e in per_env if k < len(e)])
+    return out
+
+
 def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]], np.ndarray | None]:
     """Concatenated outcomes (N,) of evaluation JSON files, each file's per-env episode counts, and the
     episodes' offset tags (N,) bool when every file has them (a mixed split), else None."""
@@ -41,9 +63,7 @@ def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]], 
                               "or 'robo-rl steer eval'") from None
         per_env = d.get("episode_success") if isinstance(d, dict) else None
         if not per_env and isinstance(d, dict) and "schema" in d and "tasks" in d:
-            raise RoboRLError(f"{p}: a benchmark results file ('robo-rl eval --benchmark'), which holds per-task "
-                              "block counts, not per-episode outcomes; compare two of them with 'robo-rl eval "
-                              "--compare A.json B.json'")
+            per_env = benchmark_outcomes(p, d)
         if not per_env:
             raise RoboRLError(f"{p}: no 'episode_success' (per-episode outcomes); re-run the evaluation with this "
                               "version of 'robo-rl eval' / 'robo-rl steer eval'")

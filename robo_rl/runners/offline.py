@@ -138,6 +138,11 @@ def _check_libero_demos(cfg: TrainConfig) -> None:
         if m.get("image_size") not in (None, env.image_size):
             raise ConfigError(f"algo.dataset '{path}' was recorded at {m['image_size']} px but env.image_size is "
                               f"{env.image_size}; set env.image_size: {m['image_size']}")
+        if bool(m.get("fast_render", False)) != env.fast_render:
+            have = bool(m.get("fast_render", False))
+            raise ConfigError(f"algo.dataset '{path}' was recorded with fast_render {str(have).lower()} but "
+                              f"env.fast_render is {str(env.fast_render).lower()} (the images differ: shadows, "
+                              f"reflections); set env.fast_render: {str(have).lower()}")
 
 
 def check_offline_config(cfg: TrainConfig) -> None:

@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1], np.float32)
 
 
+SAMPLED_SEED_BASE = 1_000_003
+"""Offset of the placement sampler's seed for ``init_states: sampled`` (layouts apart from any seed
+another part of an experiment uses)."""
+
+
 @dataclass(frozen=True)
 class LiberoConfig:
     """Settings of the LIBERO adapter."""
@@ -52,6 +57,10 @@ class LiberoConfig:
     """Time limit; null = the suite's standard evaluation length. Range: >= 1."""
     settle_steps: int = ranged(10, ge=0)
     """No-op steps after each reset so objects settle (not counted in the episode). Range: >= 0."""
+    init_states: Literal["official", "sampled"] = "official"
+    """official: the suite's fixed evaluation init states (50 per task); sampled: a fresh layout per episode
+    from the task's own placement regions, seeded by the episode's sequence seed (demonstrations and
+    training away from the evaluation states)."""
     fast_render: bool = False
     """Cheaper rendering for training (no shadows/reflections/MSAA); off for evaluation parity."""
     blind_chunk_steps: bool = True
@@ -203,9 +212,13 @@ class LiberoSingleEnv:
         if seed is not None:
             self._seq = seed
             self.env.seed(seed)
-        self.env.reset()
         init = init_state_index(self._seq, self._env_index, self._stride, self._num_tasks)
-        raw = self.env.set_init_state(self.init_states[init % len(self.init_states)])
+        if self.cfg.init_states == "sampled":  # the placement sampler draws from numpy's global generator
+            self.env.seed(SAMPLED_SEED_BASE + init)  # one layout per index: a group's envs share it
+            raw = self.env.reset()
+        else:
+            self.env.reset()
+            raw = self.env.set_init_state(self.init_states[init % len(self.init_states)])
         if self.cfg.variations.active:
             self._apply_variations(self._seq)  # the episode's own seed: unique per env and episode
             self.env._update_observables(force=True)

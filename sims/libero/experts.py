@@ -183,15 +183,19 @@ def _half_size(m: object, g: int) -> np.ndarray:
 
 
 def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_size: int = 128,
-             only_success: bool = False, max_attempts: int | None = None,
+             only_success: bool = False, max_attempts: int | None = None, fast_render: bool = False,
+             init_states: str = "official",
              on_episode: Callable[[Episode, bool], None] | None = None) -> Iterator[Episode]:
     """Yield scripted-expert episodes, init states seed, seed+1, ... (official LIBERO init states).
 
     With ``only_success`` failed attempts are dropped (up to ``max_attempts`` seeds in all, default
     3 x ``episodes``); ``on_episode(ep, kept)`` is called after every attempt (progress reporting).
+    ``init_states`` official: the evaluation init states; sampled: fresh layouts (demonstrations apart from
+    the states a policy is evaluated on). ``fast_render`` records the cheaper images of ``LiberoConfig.fast_render`` (train and evaluate the same way).
     """
     limit = max_attempts or (episodes * 3 if only_success else episodes)
-    env = LiberoSingleEnv(LiberoConfig(suite=suite, image_size=image_size), task_index)
+    env = LiberoSingleEnv(LiberoConfig(suite=suite, image_size=image_size, fast_render=fast_render,
+                                       init_states=init_states), task_index)
     kept = 0
     try:
         for k in range(limit):

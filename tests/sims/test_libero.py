@@ -228,6 +228,25 @@ def test_init_state_sequences_invert():
                     assert init_state_index(sequence_for_init_state(k, i, b, tasks), i, b, tasks) == k
 
 
+def test_sampled_layouts_are_seeded_and_apart_from_the_official_states(need_libero):
+    """init_states: sampled draws each episode's layout from the task's placement regions, one layout per
+    seed, none of them an official evaluation state."""
+    from sims.libero.env import LiberoConfig, LiberoSingleEnv
+
+    env = LiberoSingleEnv(LiberoConfig(suite="libero_spatial", image_size=32, settle_steps=0, init_states="sampled"), 0)
+    try:
+        objects = slice(9, None)  # the arm's 7 joints and 2 fingers first, then the objects' free joints
+        layouts = [env.env.get_sim_state().copy() for s in (0, 1, 0) if env.reset(seed=s) is not None]
+        official = np.stack(env.init_states)
+        qpos = [x[1:1 + env.env.sim.model.nq][objects] for x in layouts]
+        assert np.abs(qpos[0] - qpos[1]).max() > 5e-3  # another seed, another layout
+        np.testing.assert_allclose(qpos[0], qpos[2], atol=1e-3)  # the same seed, the same layout
+        dist = np.abs(official[:, 1:1 + env.env.sim.model.nq][:, objects] - qpos[0]).max(axis=1)
+        assert dist.min() > 1e-3  # not one of the 50 official states
+    finally:
+        env.close()
+
+
 def test_reset_each_puts_a_group_on_one_init_state(need_libero):
     from sims.libero.env import LiberoConfig, LiberoVecEnv
 

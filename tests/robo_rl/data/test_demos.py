@@ -355,6 +355,8 @@ def _libero_demos(path, task: str, seed: int = 0, image_size: int = 32):
     ({"suite": "libero_spatial", "task_ids": [1]}, [("libero_spatial/0", 32)], r"task_ids=\[1\]"),
     ({"suite": "libero_spatial", "task_ids": [0], "image_size": 64}, [("libero_spatial/0", 32)],
      "recorded at 32 px but env.image_size is 64"),
+    ({"suite": "libero_spatial", "task_ids": [0], "fast_render": True}, [("libero_spatial/0", 32)],
+     "recorded with fast_render false but env.fast_render is true .*; set env.fast_render: false"),
 ])
 def test_libero_demos_that_do_not_fit_the_env_are_refused_before_any_env_starts(tmp_path, env, files, msg):
     from robo_rl.config import from_dict

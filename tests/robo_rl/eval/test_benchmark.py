@@ -148,7 +148,8 @@ def fake_sim(monkeypatch):
 
     def evaluate_policy(env, policy, n, seed, deterministic):
         calls.append((getattr(env.cfg, "task", None) or env.cfg.task_ids, seed, n))
-        return SimpleNamespace(episodes=n, successes=seed % 2, mean_return=1.0)
+        ok = [int(j < seed % 2) for j in range(n)]
+        return SimpleNamespace(episodes=n, successes=seed % 2, mean_return=1.0, episode_success=[ok])
 
     monkeypatch.setattr(build, "build_env", lambda cfg, **kw: Env(cfg))
     monkeypatch.setattr(ev, "evaluate_policy", evaluate_policy)
@@ -294,3 +295,48 @@ def test_video_path_is_checked_before_writing(tmp_path):
     assert os.listdir(tmp_path) == []
     write_video([np.zeros((16, 16, 3), np.uint8)] * 2, tmp_path / "ev.mp4")
     assert (tmp_path / "ev.mp4").stat().st_size > 0
+
+
+def test_a_libero_checkpoint_runs_its_tasks_on_the_official_states_greedy_or_sampled(fake_sim, monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import robo_rl.build as build
+    import robo_rl.runners.evaluate as ev
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+    from robo_rl.eval.paired import compare
+    from robo_rl.contracts import ArraySpec
+    from sims.libero.env import LiberoConfig
+
+    trained = LiberoConfig(suite="libero_spatial", task_ids=(0, 2), init_states="sampled", max_episode_steps=99)
+    monkeypatch.setattr(build, "load_run", lambda c: SimpleNamespace(ckpt=c, config=SimpleNamespace(env=trained)))
+    monkeypatch.setattr(build, "policy_from_checkpoint",
+                        lambda run: (object(), {"rgb": ArraySpec((2, 8, 8, 3), "uint8")}, ArraySpec((7,), "float32")))
+    modes, envs = [], []
+    fake = ev.evaluate_policy
+
+    def spy(env, policy, n, seed, deterministic):
+        modes.append(deterministic)
+        envs.append(env.cfg)
+        return fake(env, policy, n, seed, deterministic)
+
+    monkeypatch.setattr(ev, "evaluate_policy", spy)
+    greedy = evaluate_benchmark("run", "libero-spatial", 4, str(tmp_path / "g.json"), num_envs=1, block=2,
+                                task="libero_spatial/0,libero_spatial/2")
+    assert greedy["task_set"] == ["libero_spatial/0", "libero_spatial/2"] and modes == [True] * 4
+    assert all(c.init_states == "official" and c.max_episode_steps is None for c in envs)
+    assert [c.task_ids for c in envs] == [(0,), (0,), (2,), (2,)]
+    sampled = evaluate_benchmark("run", "libero-spatial", 4, str(tmp_path / "s.json"), num_envs=1, block=2,
+                                 task="libero_spatial/0,libero_spatial/2", stochastic=True)
+    assert modes[4:] == [False] * 4 and sampled["actions"] == "sampled" and "actions" not in greedy
+    res = compare([str(tmp_path / "g.json")], [str(tmp_path / "s.json")])  # same seeds: 8 paired episodes
+    assert res["episodes"] == 8
+    envs.clear()
+    evaluate_benchmark("run", "libero-spatial-vision", 2, str(tmp_path / "v.json"), num_envs=1, task="libero_spatial/2")
+    assert envs[0].variations.camera_jitter == 0.03 and envs[0].init_states == "official"
+    with pytest.raises(ConfigError, match=r"--task 'libero_spatial/12' is not a task of "
+                                          r"benchmark 'libero-spatial'"):
+        evaluate_benchmark("run", "libero-spatial", 2, str(tmp_path / "x.json"), task="libero_spatial/0,libero_spatial/12")
+    with pytest.raises(ConfigError, match="--stochastic applies to checkpoints"):
+        evaluate_benchmark("random", "libero-spatial", 2, str(tmp_path / "x.json"), task="libero_spatial/0",
+                           stochastic=True)

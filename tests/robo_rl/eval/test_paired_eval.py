@@ -87,13 +87,25 @@ def test_compare_files_and_refusals(tmp_path):
         compare([str(tmp_path / "missing.json")], [b1])
 
 
-def test_compare_refuses_benchmark_results_and_malformed_outcomes_in_one_line(tmp_path):
+def test_compare_pairs_benchmark_results_by_episode_and_refuses_count_only_blocks(tmp_path):
+    def bench(name, blocks):
+        path = tmp_path / name
+        path.write_text(json.dumps({"schema": 1, "benchmark": "libero-spatial", "task_set": ["t/0"],
+                                    "tasks": {"t/0": {"blocks": blocks}}}))
+        return str(path)
+
+    # one env vs two envs: env i's k-th episode is episode i + 2k, so both files list episodes 0..3 in order
+    a = bench("a.json", {"0": [4, 2, 0.0, [[1, 1, 0, 0]]]})
+    b = bench("b.json", {"0": [4, 2, 0.0, [[1, 0], [1, 0]]]})
+    res = compare([a], [b])
+    assert res["episodes"] == 4 and res["paired"]["difference"] == 0.0 and res["paired"]["a_only"] == 0
+    old = bench("old.json", {"0": [4, 2, 0.0]})
+    with pytest.raises(RoboRLError, match=r"old\.json: benchmark block t/0 #0 holds counts, not per-episode outcomes"):
+        compare([old], [b])
+
+
+def test_compare_refuses_malformed_outcomes_in_one_line(tmp_path):
     b1 = _write(tmp_path / "b1.json", [[0, 0], [1, 0]])
-    bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({"schema": 1, "benchmark": "maniskill-id", "tasks": {"PushCube-v1": {"blocks": {}}},
-                                 "aggregate": {"mean": 0.0}}))
-    with pytest.raises(RoboRLError, match=r"bench\.json: a benchmark results file .*'robo-rl eval --compare A\.json B\.json'"):
-        compare([str(bench)], [b1])
     for bad in ([1, 0, 1], [[1, 2], [0, 0]], [[1, "1"], [0, 0]], {"0": [1, 0]}, [[0.5, 1], [0, 0]]):
         (tmp_path / "bad.json").write_text(json.dumps({"episode_success": bad}))
         with pytest.raises(RoboRLError, match=r"bad\.json: 'episode_success' must be a list per env of per-episode 0/1 "
