@@ -68,6 +68,10 @@ class SteeringConfig:
     success (our ManiSkill and LIBERO tasks), a dense return-to-go ranks success *below* failure: a failing
     episode keeps collecting shaped reward until its time limit (measured on a PushCube log: the dense
     advantage correlated -0.52 with success)."""
+    gate: str = "tau"
+    """"tau": steer a call where p_fail > tau; "conformal": steer from the first call where the episode's
+    running failure score crosses its time-indexed conformal band (``robo_rl.algorithms.conformal``; the
+    bands are fit by ``steer fit --gate conformal --alpha A``) until the episode ends."""
     head: str = "flow"
     """"flow": v_phi(x_t, t, z) on the action expert's latents, fit by (advantage-shift) flow matching;
     "mean": the advantage shift of the chunk's mean on the pooled prefix, v_phi = -(m_w - m_1) at every step
@@ -78,6 +82,8 @@ class SteeringConfig:
             raise ValueError(f"SteeringConfig.advantage={self.advantage!r}; choose 'value', 'gae' or 'return'")
         if self.returns not in ("dense", "success"):
             raise ValueError(f"SteeringConfig.returns={self.returns!r}; choose 'dense' or 'success'")
+        if self.gate not in ("tau", "conformal"):
+            raise ValueError(f"SteeringConfig.gate={self.gate!r}; choose 'tau' or 'conformal'")
         if self.head not in ("flow", "mean"):
             raise ValueError(f"SteeringConfig.head={self.head!r}; choose 'flow' or 'mean'")
         if not 0.0 <= self.gae_lambda <= 1.0:
@@ -188,6 +194,20 @@ class FailurePredictor(nn.Module):
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
         return self.net(f.float()).squeeze(-1)
+
+
+class ChunkScorer(nn.Module):
+    """The test-time verifier: logit of the episode's success from the pooled prefix f (B, F) and a
+    normalized executed chunk c (B, E, A) -> (B,), fit on logged calls (BCE on success). Used to pick the
+    best of N composed samples where the gate is open."""
+
+    def __init__(self, features: int, chunk: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(features + chunk, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
+                                 nn.Linear(hidden, 1))
+
+    def forward(self, f: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([f.float(), c.flatten(1).float()], -1)).squeeze(-1)
 
 
 class ValueBaseline(FailurePredictor):

@@ -44,8 +44,12 @@ def _eval_report(args: argparse.Namespace) -> int:
         if len(args.compare) != 2:
             raise RoboRLError("--compare without --report takes two results files: --compare A.json B.json")
         args.report, args.compare = args.compare[:1], args.compare[1:]
-    md = write_report(args.report, args.compare, args.report_out, html=args.html)
-    print(json.dumps({"report": str(md), **({"html": args.html} if args.html else {})}))
+    from pathlib import Path
+
+    md_path = Path(args.report_out) if args.report_out else Path(args.report[0]).with_suffix(".md")
+    page = args.html or str(md_path.with_suffix(".html"))  # the HTML page always, next to the markdown by default
+    md = write_report(args.report, args.compare, args.report_out, html=page)
+    print(json.dumps({"report": str(md), "html": page}))
     return 0
 
 
@@ -66,11 +70,9 @@ def _check_eval_args(args: argparse.Namespace) -> None:
                           f"env.variations.object_pose_jitter=0.05); got {', '.join(bad)}")
     if args.overrides and (args.benchmark or args.via_ros):
         raise ConfigError("eval overrides apply to the plain evaluation, not to --benchmark or --via-ros")
-    plain_only = [flag for flag, given in (("--stochastic", args.stochastic), ("--video", args.video),
-                                           ("--no-video", args.no_video)) if given]
+    plain_only = [flag for flag, given in (("--video", args.video), ("--no-video", args.no_video)) if given]
     if plain_only and args.benchmark:
-        raise ConfigError(f"{', '.join(plain_only)} apply to the plain evaluation; --benchmark evaluates greedy actions "
-                          "and records media with --media")
+        raise ConfigError(f"{', '.join(plain_only)} apply to the plain evaluation; --benchmark records media with --media")
     if args.benchmark and not args.out:
         raise RoboRLError("--benchmark needs --out RESULTS_JSON")
     if args.video and not args.no_video:

@@ -63,8 +63,8 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--compare", metavar="RESULTS_JSON", nargs="+",
                    help="a second policy's results side by side (with --report), or A.json B.json alone")
     e.add_argument("--report-out", metavar="MD", help="report path (default: the first results file with .md)")
-    e.add_argument("--html", metavar="HTML", help="with --report: also write the report as one self-contained HTML "
-                   "page (charts, thumbnails and videos embedded)")
+    e.add_argument("--html", metavar="HTML", help="with --report: where the self-contained HTML page of the report "
+                   "goes (charts, thumbnails and videos embedded; default: the markdown report's path with .html)")
     e.add_argument("--episodes", type=int, default=50)
     e.add_argument("--num-envs", type=int, default=0, help="parallel envs (default: the run's)")
     e.add_argument("--strengths", type=_strengths, default=[1.0],
@@ -72,7 +72,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--media", action="store_true", help="with --benchmark: thumbnails + video of a few episodes per task")
     e.add_argument("--block", type=int, default=10, help="with --benchmark: episodes per block (the unit of resumption)")
     e.add_argument("--seed", type=int, default=10_000)
-    e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
+    e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean (with --benchmark too)")
     e.add_argument("--video", help="mp4 path (default: <run>/eval_<checkpoint>.mp4)")
     e.add_argument("--no-video", action="store_true")
     e.add_argument("--via-ros", metavar="ROBOT_YAML", help="evaluate through the ROS 2 bridge against the simulated robot process")
@@ -201,6 +201,13 @@ def _add_steer(sub: argparse._SubParsersAction) -> None:
     sf.add_argument("--beta", type=float, default=1.0)
     sf.add_argument("--tau", type=_tau_arg, default=0.5,
                     help="gate threshold on p_fail, or 'auto' (the held-out Youden-optimal threshold)")
+    sf.add_argument("--gate", choices=["tau", "conformal"], default="tau",
+                    help="tau: steer calls with p_fail > tau; conformal: steer from the first call whose running "
+                         "failure score crosses a time-indexed conformal band (false alarms on successes <= --alpha)")
+    sf.add_argument("--alpha", type=float, default=0.1,
+                    help="with --gate conformal: the largest share of would-be successful episodes the gate may open on")
+    sf.add_argument("--val-fraction", type=float, default=None,
+                    help="share of episodes held out (default 0.2; 0.5 with --gate conformal: half calibrate, half test)")
     sf.add_argument("--advantage", choices=["value", "gae", "return"], default="value",
                     help="return-to-go minus a fitted value baseline (default), GAE(lambda) on that value, "
                          "or the standardized return-to-go")
@@ -220,6 +227,8 @@ def _add_steer(sub: argparse._SubParsersAction) -> None:
     se = ssub.add_parser("eval", help="success of the base policy with steering gated / always on / off")
     se.add_argument("checkpoint")
     se.add_argument("--steering", required=True, help="a directory from 'steer fit'")
+    se.add_argument("--samples", type=int, default=1,
+                    help="composed samples per steered call; > 1: the fitted scorer executes the best (test-time scaling)")
     se.add_argument("--episodes", type=int, default=100)
     se.add_argument("--mode", choices=["gated", "always", "off"], default="gated")
     se.add_argument("--tau", type=float, default=None, help="with --mode gated: the gate threshold (default: the fitted one)")

@@ -19,10 +19,11 @@ def cmd_steer(args: argparse.Namespace) -> int:
         out = steer.fit(args.checkpoint, args.log, args.out, steps=args.steps, beta=args.beta, tau=args.tau,
                         baseline=not args.no_baseline, advantage=args.advantage, temperature=args.temperature,
                         shared_head=not args.two_heads, gae_lambda=args.gae_lambda, head=args.head,
-                        returns=args.returns, fail_log=args.fail_log)
+                        returns=args.returns, fail_log=args.fail_log, gate=args.gate, alpha=args.alpha,
+                        val_fraction=args.val_fraction)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
-                             beta=args.beta, stochastic=args.stochastic)
+                             beta=args.beta, stochastic=args.stochastic, samples=args.samples)
     emit_eval(out, args.out if args.steer_command == "eval" else None)  # collect/fit's --out is their own file
     return 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from robo_rl.build import build_env, load_run, policy_from_checkpoint, with_num_
 from robo_rl.contracts import Steerable
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.files import atomic_path, check_replaceable, output_problem, replace_dir
+from robo_rl.runners.steer_logs import check_log_fits, load_logs  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -186,61 +186,6 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
             "explore": explore, "explore_per": explore_per}
 
 
-LOG_KEYS = frozenset({"rgb", "actions", "rtg", "failed", "episode", "instruction"})
-"""Arrays every ``steer collect`` log holds (``state`` too when the env observes it)."""
-
-
-def check_log_fits(data: dict[str, np.ndarray], policy: Any, obs_spec: dict[str, Any], where: str) -> None:
-    """The log's images and actions have the base policy's shapes (``obs_spec``: its checkpoint's; a log of
-    another env setup would fail deep inside the model): one-line error naming both."""
-    want = tuple(obs_spec["rgb"].shape) if "rgb" in obs_spec else None
-    got = tuple(data["rgb"].shape[1:])
-    if want is not None and got != want:
-        raise ConfigError(f"steering log {where} has images {got} but the base policy takes {want}; collect the log "
-                          "with this checkpoint and its env settings")
-    dim = int(getattr(policy, "action_dim", data["actions"].shape[-1]))
-    if data["actions"].shape[-1] != dim:
-        raise ConfigError(f"steering log {where} has {data['actions'].shape[-1]}-D actions but the base policy acts in "
-                          f"{dim}-D; collect the log with this checkpoint")
-
-
-def load_logs(paths: list[str | Path]) -> dict[str, np.ndarray]:
-    """One or more ``steer collect`` logs pooled into one (episode ids renumbered to stay distinct)."""
-    if not paths:
-        raise ConfigError("steer fit --log: give at least one log from 'robo-rl steer collect'")
-    parts = []
-    for path in paths:
-        if not Path(path).is_file():
-            raise ConfigError(f"steering log '{path}' does not exist; write one with 'robo-rl steer collect'")
-        try:
-            npz = np.load(path)
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise ValueError(f"a single {type(npz).__name__}, not an archive of named arrays")
-            with npz:
-                part = {k: npz[k] for k in npz.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as err:  # npy, truncated zip, not numpy
-            raise ConfigError(f"steering log '{path}' is not a readable .npz from 'robo-rl steer collect' "
-                              f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-        missing = sorted(LOG_KEYS - set(part))
-        if missing:
-            raise ConfigError(f"steering log '{path}' lacks {', '.join(missing)}; write it with 'robo-rl steer collect'")
-        n = len(part["rtg"])
-        if n == 0 or any(len(part[k]) != n for k in part) or part["rgb"].ndim != 5 or part["actions"].ndim < 2:
-            raise ConfigError(f"steering log '{path}' has inconsistent arrays ({', '.join(f'{k} {part[k].shape}' for k in sorted(part))}); "
-                              "expected N rows of rgb (N, V, H, W, 3), actions (N, ..., A) and the rest (N,)")
-        parts.append(part)
-    keys = set(parts[0])
-    for path, part in zip(paths[1:], parts[1:]):
-        if set(part) != keys or part["rgb"].shape[1:] != parts[0]["rgb"].shape[1:]:
-            raise ConfigError(f"steering log '{path}' does not match '{paths[0]}' (keys {sorted(part)} vs {sorted(keys)}, "
-                              f"rgb {part['rgb'].shape[1:]} vs {parts[0]['rgb'].shape[1:]}): pool logs of one env setup")
-    offset = 0
-    for part in parts:
-        part["episode"] = part["episode"] + offset
-        offset = int(part["episode"].max()) + 1
-    return {k: np.concatenate([part[k] for part in parts]) for k in keys} if len(parts) > 1 else parts[0]
-
-
 def _batch(data: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, Any]:
     obs: dict[str, Any] = {"rgb": torch.from_numpy(data["rgb"][idx]), "instruction": [str(s) for s in data["instruction"][idx]]}
     if "state" in data:
@@ -340,7 +285,8 @@ def _save_steering(model: Any, summary: dict[str, Any], target: Path) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             save_file({f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
-                      | {f"fail.{k}": v.contiguous() for k, v in model.fail.state_dict().items()},
+                      | {f"fail.{k}": v.contiguous() for k, v in model.fail.state_dict().items()}
+                      | {f"scorer.{k}": v.contiguous() for k, v in model.scorer.state_dict().items()},
                       str(tmp / "heads.safetensors"))
             (tmp / "steering.json").write_text(json.dumps(summary, indent=2))  # last: marks a complete directory
             replace_dir(tmp, target)
@@ -351,9 +297,23 @@ def _save_steering(model: Any, summary: dict[str, Any], target: Path) -> None:
                           "writable place") from None
 
 
+def _check_fit_args(gate: str, val_fraction: float | None, tau: float | str, steps: int, seed: int) -> float:
+    """One-line errors for steer fit's arguments; returns the held-out share (0.5 with the conformal gate)."""
+    if gate not in ("tau", "conformal"):
+        raise ConfigError(f"steer fit --gate {gate!r}: choose 'tau' or 'conformal'")
+    if val_fraction is None:
+        val_fraction = 0.5 if gate == "conformal" else 0.2
+    if not 0.0 < val_fraction < 1.0:
+        raise ConfigError(f"steer fit --val-fraction {val_fraction}: the held-out share of episodes is in (0, 1)")
+    if tau != "auto" and not isinstance(tau, (int, float)):
+        raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
+    _check_counts("steer fit", steps=steps, seed=seed)
+    return val_fraction
+
+
 def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
-        val_fraction: float = 0.2, seed: int = 0, tau: float | str = 0.5, fail_log: list[str] | None = None,
-        **steering: Any) -> dict[str, Any]:
+        val_fraction: float | None = None, seed: int = 0, tau: float | str = 0.5, fail_log: list[str] | None = None,
+        gate: str = "tau", alpha: float = 0.1, **steering: Any) -> dict[str, Any]:
     """Train the steering head and the failure predictor on a collected log; save them to ``out``.
 
     ``fail_log``: train the failure predictor (and choose ``tau="auto"``) on these logs instead, e.g. the base's
@@ -362,13 +322,15 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
 
     The failure predictor (and, with ``advantage="value"`` or ``"gae"``, the value baseline) learn on the pooled prefix
     features, computed once; the velocity head then learns by advantage-weighted flow matching. Episodes
-    are split into train / held-out; ``tau="auto"`` sets the gate at the held-out Youden-optimal threshold.
+    are split into train / held-out (``val_fraction``: 0.2, or 0.5 with the conformal gate); ``tau="auto"`` sets
+    the gate at the held-out Youden-optimal threshold. ``gate="conformal"``: time-indexed conformal bands
+    with false-alarm rate ``alpha`` on successful episodes, calibrated on half of the held-out episodes and
+    reported on the other half (``robo_rl.runners.steer_gate``).
     """
     from robo_rl.algorithms.rl2 import SteeringConfig, auroc, task_returns, youden_threshold
+    from robo_rl.runners.steer_gate import fit_conformal, fit_scorer, split_heldout
 
-    if tau != "auto" and not isinstance(tau, (int, float)):
-        raise ConfigError(f"steer fit --tau {tau!r}: a probability in [0, 1] or 'auto'")
-    _check_counts("steer fit", steps=steps, seed=seed)
+    val_fraction = _check_fit_args(gate, val_fraction, tau, steps, seed)
     target = Path(out)
     try:
         check_replaceable(target, _is_steering_dir, "steering directory")  # before the fit, not after it
@@ -377,7 +339,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     paths = [str(log_path)] if isinstance(log_path, (str, Path)) else [str(p) for p in log_path]
     data = load_logs(paths)
     try:
-        cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), **steering)
+        cfg = SteeringConfig(tau=0.5 if tau == "auto" else float(tau), gate=gate, **steering)
     except ValueError as err:
         raise ConfigError(f"steer fit: {err}") from None
     torch.manual_seed(seed)  # before the heads are built: their initialization is part of the fit
@@ -394,6 +356,8 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     failed = torch.from_numpy(data["failed"].astype(np.float32))
     f_failed = torch.from_numpy(fail_data["failed"].astype(np.float32))
     calib = f_val if len(f_val) else f_train  # the rows tau="auto" is chosen on
+    if gate == "conformal":  # checked before any fitting
+        c_rows, t_rows = split_heldout(fail_data["episode"], fail_data["failed"], f_val, alpha, rng)
     if tau == "auto" and f_failed[calib].min() == f_failed[calib].max():
         raise ConfigError(f"steer fit --tau auto: the held-out episodes of {', '.join(fail_paths)} are all "
                           f"{'failures' if bool(f_failed[calib][0]) else 'successes'}; pass a fixed --tau or log more episodes")
@@ -406,6 +370,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     _fit_features(model.fail, f_train, lambda b: bce(model.fail(f_pooled[b]), f_failed[b]), steps, lr, rng)
     adv, value_ev = _advantages(cfg, data, pooled, rtg, ret, train_idx, val_idx, steps, lr, rng)
     _fit_head(model, cfg, data, pooled, adv, train_idx, steps, batch_size, lr, rng)
+    value_ev.update(fit_scorer(model, data, pooled, train_idx, val_idx, steps, lr, rng))
 
     with torch.no_grad():
         scores = model.fail(f_pooled)
@@ -415,10 +380,25 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     if tau == "auto":
         cfg = dataclasses.replace(cfg, tau=youden_threshold(torch.sigmoid(scores[calib]), f_failed[calib]))
         model.cfg = cfg
+    if gate == "conformal":
+        model.bands, summary["gate_test"] = fit_conformal(scores, fail_data["episode"], fail_data["failed"], f_train,
+                                                          c_rows, t_rows, alpha, int(getattr(base, "exec_steps", 1)))
+        summary["conformal"] = model.bands.to_dict()
     summary["config"] = cfg.__dict__
     summary = _json_safe(summary)
     _save_steering(model, summary, target)
     return summary
+
+
+def _by_gate(success: list[list[bool]], steered: list[list[bool]]) -> dict[str, Any]:
+    """Success of the episodes the gate opened in vs those it did not (env i's k-th counted episode paired
+    with the k-th episode the policy saw end in env i)."""
+    groups: dict[bool, list[int]] = {True: [], False: []}
+    for ok_env, st_env in zip(success, steered):
+        for ok, st in zip(ok_env, st_env):
+            groups[bool(st)].append(int(ok))
+    return {f"{name}_episodes": {"episodes": len(v), "success_rate": (sum(v) / len(v)) if v else None}
+            for name, v in (("steered", groups[True]), ("unsteered", groups[False]))}
 
 
 def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, beta: float | None = None) -> Any:
@@ -451,7 +431,8 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, b
     except (OSError, SafetensorError) as err:
         raise CheckpointError(f"steering weights '{heads}' are missing or corrupt ({str(err).splitlines()[0]}); fit "
                               "again with 'robo-rl steer fit'") from None
-    for name, module in (("head", model.head), ("fail", model.fail)):
+    model.has_scorer = any(k.startswith("scorer.") for k in state)  # fit before the verifier existed: none
+    for name, module in (("head", model.head), ("fail", model.fail)) + ((("scorer", model.scorer),) if model.has_scorer else ()):
         part = {k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")}
         own = module.state_dict()
         bad = sorted(set(own) ^ set(part)) or sorted(k for k in own if tuple(own[k].shape) != tuple(part[k].shape))
@@ -460,16 +441,26 @@ def load_steered(checkpoint: str, steering_dir: str, tau: float | None = None, b
                                   f"differs); it was fit on {json.loads(meta_path.read_text()).get('base')!r}: "
                                   "pass that checkpoint, or fit again on this one")
         module.load_state_dict(part)
+    if cfg.gate == "conformal":
+        from robo_rl.algorithms.conformal import ConformalBands
+
+        try:
+            model.bands = ConformalBands.from_dict(json.loads(meta_path.read_text())["conformal"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"steering directory '{steering_dir}' has gate 'conformal' but no usable bands "
+                                  f"({type(err).__name__}); fit it again with 'robo-rl steer fit --gate conformal'") from None
     return model.eval()
 
 
 def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gated", seed: int = 10_000,
              num_envs: int | None = None, overrides: list[str] | None = None, tau: float | None = None,
-             beta: float | None = None, stochastic: bool = False) -> dict[str, Any]:
+             beta: float | None = None, stochastic: bool = False, samples: int = 1) -> dict[str, Any]:
     """Success of the steered policy: ``gated`` (the saved tau, or ``tau``), ``always`` or ``off``;
     ``beta`` overrides the fitted steering scale. ``stochastic`` starts each chunk's ODE from Gaussian
     noise, as pi0 is deployed (and as ``collect`` logs), instead of from x_0 = 0; torch is seeded with
-    ``seed`` so the three modes draw the same noise stream (common random numbers)."""
+    ``seed`` so the three modes draw the same noise stream (common random numbers). ``samples`` > 1: where
+    the gate is open, the fitted scorer picks the best of that many composed chunks (test-time scaling);
+    success is also reported apart for the episodes the gate opened in and those it did not."""
     from robo_rl.runners.evaluate import evaluate_policy
 
     taus = {"gated": tau, "always": -1.0, "off": 2.0}
@@ -480,7 +471,15 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
     if beta is not None and not (beta > 0 and np.isfinite(beta)):
         raise ConfigError(f"steer eval --beta {beta}: the steering scale must be a finite number > 0 (use --mode off for none)")
     _check_counts("steer eval", episodes=episodes, seed=seed)
+    if not (isinstance(samples, int) and 1 <= samples <= 64):
+        raise ConfigError(f"steer eval --samples {samples}: composed samples per steered call, an integer in 1..64")
     model = load_steered(checkpoint, steering_dir, taus[mode], beta)
+    if samples > 1 and not model.has_scorer:
+        raise ConfigError(f"steer eval --samples {samples} needs the chunk scorer, which '{steering_dir}' lacks (fit "
+                          "before it existed); fit it again with 'robo-rl steer fit'")
+    model.samples = samples
+    if mode != "gated" or tau is not None:  # always / off / a fixed tau: the threshold gate
+        model.cfg = dataclasses.replace(model.cfg, gate="tau")
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
     try:
         if stochastic:
@@ -488,5 +487,6 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
         res = evaluate_policy(env, model, episodes, seed=seed, deterministic=not stochastic)
     finally:
         env.close()
-    return {"mode": mode, "stochastic": stochastic, "tau": model.cfg.tau, "beta": model.cfg.beta, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
+    return {"mode": mode, "stochastic": stochastic, "gate": model.cfg.gate, "samples": samples,
+            **_by_gate(res.episode_success, model.episode_steered), "tau": model.cfg.tau, "beta": model.cfg.beta, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
             **res.as_dict()}

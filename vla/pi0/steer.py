@@ -2,7 +2,8 @@
 
 ``SteeredPi0Policy`` is a ``Policy``: it runs the base VLA's prefix once, predicts failure from the
 pooled prefix, and denoises with v = v_vla + g * beta * v_phi(x_t, t, z) where g = 1[p_fail > tau]
-per env. Rows with g = 0 follow the base policy's own ODE bit for bit. Only the steering head and
+per env, or (``gate="conformal"``) g = 1 from the first call whose running failure score crosses the
+conformal band at that call's index until the env's episode ends (``reset``). Rows with g = 0 follow the base policy's own ODE bit for bit. Only the steering head and
 the failure predictor have trainable parameters; the base stays frozen.
 """
 
@@ -13,7 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from robo_rl.algorithms.conformal import ConformalBands
 from robo_rl.algorithms.rl2 import (
+    ChunkScorer,
     FailurePredictor,
     MeanShiftHead,
     ShiftHead,
@@ -46,13 +49,37 @@ class SteeredPi0Policy(nn.Module):
         else:
             self.head = VelocityHead(arch.max_action_dim, arch.expert_hidden, cfg.hidden)
         self.fail = FailurePredictor(arch.lm_hidden, cfg.hidden)
+        self.scorer = ChunkScorer(arch.lm_hidden, base.exec_steps * base.action_dim, cfg.hidden)
+        self.samples = 1  # composed samples per steered call; > 1: the scorer picks the best (test-time scaling)
+        self.bands: ConformalBands | None = None  # set by steer fit / load_steered with gate="conformal"
+        self._opened = torch.zeros(0, dtype=torch.bool)  # per env: the gate opened in its current episode
+        self.episode_steered: list[list[bool]] = []  # per env, for each ended episode: did the gate open
+        self._score_sum = torch.zeros(0)  # per env: running sum of failure logits, calls so far, gate latched
+        self._calls = torch.zeros(0, dtype=torch.long)
+        self._latched = torch.zeros(0, dtype=torch.bool)
         self.rows_seen = 0  # env rows acted for, and how many of them were steered (g = 1)
         self.rows_steered = 0
 
     def gate(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(g (B,) bool, p_fail (B,)) from the pooled prefix."""
-        p = torch.sigmoid(self.fail(pooled))
-        return p > self.cfg.tau, p
+        """(g (B,) bool, p_fail (B,)) from the pooled prefix (the conformal gate also advances each env's
+        episode state: call it once per call)."""
+        logits = self.fail(pooled)
+        p = torch.sigmoid(logits)
+        if self.cfg.gate != "conformal":
+            return p > self.cfg.tau, p
+        if self.bands is None:
+            raise RuntimeError("gate 'conformal' without bands: fit them with 'robo-rl steer fit --gate conformal'")
+        b = logits.shape[0]
+        if self._calls.shape[0] != b:
+            self.reset()
+            self._score_sum, self._calls = torch.zeros(b, dtype=torch.float64), torch.zeros(b, dtype=torch.long)
+            self._latched = torch.zeros(b, dtype=torch.bool)
+        self._score_sum += logits.detach().double().cpu()
+        running = (self._score_sum / (self._calls + 1)).numpy()
+        fired = torch.from_numpy(self.bands.fires(running, self._calls.numpy()))
+        self._calls += 1
+        self._latched |= fired
+        return self._latched.clone().to(p.device), p
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
@@ -65,15 +92,39 @@ class SteeredPi0Policy(nn.Module):
         g, p_fail = self.gate(pre.pooled)
         self.rows_seen += b
         self.rows_steered += int(g.sum())
-        ts, dt = step_times(arch.num_steps, state.device)
+        if self._opened.shape[0] != b:
+            self._opened = torch.zeros(b, dtype=torch.bool)
+            self.episode_steered = [[] for _ in range(b)]
+        self._opened |= g.cpu()
+        x = self._denoise(pre, state, x, g)
+        if self.samples > 1 and bool(g.any()):
+            x = self._best_of(pre, state, x, g)
+        return PolicyOutput(actions=base._unnormalize(x[:, : base.exec_steps]), extras={"steered": g, "p_fail": p_fail})
+
+    def _denoise(self, pre: Any, state: torch.Tensor, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """The composed ODE from x_0 (B, H, A) to the normalized chunk (B, H, A); rows with g = 0 are the base's."""
+        arch = self.base.model.arch
+        ts, dt = step_times(arch.num_steps, x.device)
         mean_head = isinstance(self.head, MeanShiftHead)
         v_const = -self.head.shift(pre.pooled) if mean_head and bool(g.any()) else None
         for i in range(arch.num_steps):
-            t = ts[i].expand(b)
-            v, z = base.model.velocity(pre, state, x, t)
+            t = ts[i].expand(x.shape[0])
+            v, z = self.base.model.velocity(pre, state, x, t)
             v_phi = v_const if mean_head else (self.head(x, t, z) if bool(g.any()) else None)
             x = x + dt * compose(v, v_phi, g, self.cfg.beta)
-        return PolicyOutput(actions=base._unnormalize(x[:, : base.exec_steps]), extras={"steered": g, "p_fail": p_fail})
+        return x
+
+    def _best_of(self, pre: Any, state: torch.Tensor, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Test-time scaling: ``samples`` - 1 more composed chunks from fresh Gaussian x_0 for every row, the
+        scorer's best of them and ``x`` (B, H, A) kept where g = 1; rows with g = 0 keep ``x``."""
+        b, k, base = x.shape[0], self.samples - 1, self.base
+        more = self._denoise(pre.repeat(k), state.repeat_interleave(k, 0), torch.randn(b * k, *x.shape[1:], device=x.device),
+                             g.repeat_interleave(k, 0))
+        cand = torch.cat([x[:, None], more.view(b, k, *x.shape[1:])], 1)  # (B, N, H, A)
+        feats = pre.pooled.float().repeat_interleave(k + 1, 0)
+        scores = self.scorer(feats, cand[:, :, : base.exec_steps, : base.action_dim].flatten(0, 1)).view(b, k + 1)
+        best = cand[torch.arange(b), scores.argmax(1)]
+        return torch.where(g[:, None, None], best, x)
 
     def steering_loss(self, obs: dict[str, Any], actions: torch.Tensor, advantages: torch.Tensor,
                       valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -108,4 +159,16 @@ class SteeredPi0Policy(nn.Module):
         return target, mask
 
     def reset(self, env_ids: Any = None) -> None:
-        """Stateless: nothing to clear."""
+        """Clear the conformal gate's episode state of ``env_ids`` (None: every env); the tau gate is stateless."""
+        if env_ids is None:
+            self._score_sum, self._calls = torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
+            self._latched, self._opened = torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.bool)
+            self.episode_steered = []
+            return
+        ids = torch.as_tensor(env_ids, dtype=torch.long)
+        for i in ids.tolist():
+            if i < len(self.episode_steered):
+                self.episode_steered[i].append(bool(self._opened[i]))
+                self._opened[i] = False
+        if self._calls.numel() and ids.numel():
+            self._score_sum[ids], self._calls[ids], self._latched[ids] = 0.0, 0, False

@@ -222,7 +222,11 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
             (["eval", sft, "--steering", str(tmp_path / "steering"), "--episodes", "0"], "--episodes 0 must be >= 1"),
             (["collect", sft, "--episodes", "0", "--out", str(tmp_path / "c.npz")], "--episodes 0 must be >= 1"),
             (["collect", sft, "--episodes", "1", "--explore", "nan", "--out", str(tmp_path / "c.npz")], "finite number >= 0"),
-            (["collect", sft, "--episodes", "1", "--out", str(tmp_path / "mine")], "is a directory; pass a file path")):
+            (["collect", sft, "--episodes", "1", "--out", str(tmp_path / "mine")], "is a directory; pass a file path"),
+            (["fit", sft, "--log", str(log), "--out", str(tmp_path / "b"), "--gate", "conformal", "--alpha", "1.5"],
+             "is in (0, 1)"),
+            (["fit", sft, "--log", str(log), "--out", str(tmp_path / "b"), "--gate", "conformal", "--alpha", "0.05"],
+             "needs >= 19 successful calibration episodes")):
         proc = run_cli("steer", *argv)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr[-2000:])
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep" and not (tmp_path / "b").exists()
@@ -231,6 +235,24 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert proc.returncode == 2 and "steering scale" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+    # the conformal gate: a log of 36 episodes (the real log's calls re-labelled: every fourth episode failed),
+    # bands calibrated on the successes of 9 held-out episodes at alpha 0.25 and reported on the other 9
+    with np.load(log) as real:
+        calls = {k: real[k] for k in real.files}
+    per = len(calls["rtg"])
+    many = {k: np.concatenate([v] * 36) for k, v in calls.items()}
+    many["episode"] = np.repeat(np.arange(36), per)
+    many["failed"] = np.repeat(np.arange(36) % 4 == 0, per)
+    np.savez(tmp_path / "many.npz", **many)
+    proc = run_cli("steer", "fit", sft, "--log", str(tmp_path / "many.npz"), "--out", str(tmp_path / "conformal"),
+                   "--steps", "5", "--gate", "conformal", "--alpha", "0.25")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fitted = json.loads(proc.stdout)
+    assert fitted["config"]["gate"] == "conformal" and fitted["conformal"]["alpha"] == 0.25
+    assert fitted["conformal"]["calibration_episodes"] >= 3 and 0.0 <= fitted["gate_test"]["false_alarm_rate"] <= 1.0
+    proc = run_cli("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["gate"] == "conformal", proc.stderr[-3000:]
 
 
 def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need_maniskill):

@@ -294,3 +294,64 @@ def test_action_exploration_holds_an_offset_per_episode_or_redraws_it_per_call()
     big = ActionExploration(np.array([0.5, 2.0]), num_envs=4000, per="episode", seed=1).perturb(torch.zeros(4000, 2))
     assert big.std(0).numpy() == pytest.approx([0.5, 2.0], rel=0.05)
     assert torch.equal(ActionExploration(np.zeros(2), 3, "call", 0).perturb(torch.ones(3, 2)), torch.ones(3, 2))
+
+
+def test_conformal_gate_latches_per_env_until_its_episode_resets_and_closed_is_the_base():
+    from robo_rl.algorithms.conformal import ConformalBands
+
+    torch.manual_seed(0)
+    base = Pi0Policy(Pi0PolicyConfig(exec_steps=3, sampler="ode"), OBS_SPEC, ACT)
+    s = SteeredPi0Policy(base, SteeringConfig(beta=1.0, gate="conformal"))
+    for p in s.head.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    obs = _obs()
+    with torch.no_grad():
+        logits = s.fail(s.base.prefix(obs)[0].pooled)
+        want = base.act(obs, deterministic=True).actions
+    # a band that env 0's score crosses at its first call only (t = 0 bin), the others never
+    thr0 = float(logits[0]) - 1e-4
+    s.bands = ConformalBands(0.1, 1, (thr0, 1e9), (1.0, 1.0), 0.0, 9)
+    with torch.no_grad():
+        first = s.act(obs, deterministic=True)
+        second = s.act(obs, deterministic=True)  # t = 1: the band is out of reach, env 0 stays latched
+    steered = [bool(x) for x in first.extras["steered"]]
+    assert steered[0] and steered == [float(v) > thr0 for v in logits]
+    assert torch.equal(second.extras["steered"], first.extras["steered"])
+    closed = ~first.extras["steered"]
+    assert torch.equal(first.actions[closed], want[closed]) and not torch.equal(first.actions[0], want[0])
+    s.reset(np.array([0]))  # env 0's episode ended: its gate closes, its next call is t = 0 again
+    s.bands = ConformalBands(0.1, 1, (1e9,), (1.0,), 0.0, 9)
+    with torch.no_grad():
+        third = s.act(obs, deterministic=True)
+    assert not bool(third.extras["steered"][0]) and torch.equal(third.actions[0], want[0])
+    with pytest.raises(ValueError, match="gate='bogus'"):
+        SteeringConfig(gate="bogus")
+
+
+def test_best_of_n_picks_the_scorers_favourite_only_where_the_gate_is_open():
+    s = _steered(tau=0.5)
+    obs = _obs()
+    with torch.no_grad():
+        p = torch.sigmoid(s.fail(s.base.prefix(obs)[0].pooled))
+    s.cfg = SteeringConfig(beta=1.0, tau=float(p.median()))  # some envs steered, some not
+    with torch.no_grad():
+        torch.manual_seed(3)
+        one = s.act(obs, deterministic=False)
+        s.samples = 1
+        torch.manual_seed(3)
+        again = s.act(obs, deterministic=False)
+    assert torch.equal(one.actions, again.actions)  # N = 1: today's behaviour, draw for draw
+
+    class FirstDim(torch.nn.Module):  # a verifier that prefers a large first action dim of the first step
+        def forward(self, f, c):
+            return c[:, 0, 0]
+
+    s.scorer, s.samples = FirstDim(), 6
+    with torch.no_grad():
+        torch.manual_seed(3)
+        best = s.act(obs, deterministic=False)
+    g = best.extras["steered"]
+    assert g.any() and not g.all()
+    assert torch.equal(best.actions[~g], one.actions[~g])  # closed rows: untouched, bit for bit
+    assert bool((best.actions[g, 0, 0] >= one.actions[g, 0, 0]).all())  # x itself is one of the candidates
+    assert bool((best.actions[g, 0, 0] > one.actions[g, 0, 0]).any())

@@ -302,10 +302,10 @@ def test_a_libero_checkpoint_runs_its_tasks_on_the_official_states_greedy_or_sam
 
     import robo_rl.build as build
     import robo_rl.runners.evaluate as ev
+    from robo_rl.contracts import ArraySpec
     from robo_rl.errors import ConfigError
     from robo_rl.eval.benchmark import evaluate_benchmark
     from robo_rl.eval.paired import compare
-    from robo_rl.contracts import ArraySpec
     from sims.libero.env import LiberoConfig
 
     trained = LiberoConfig(suite="libero_spatial", task_ids=(0, 2), init_states="sampled", max_episode_steps=99)

@@ -45,8 +45,8 @@ def test_curves_and_eval_argument_errors_are_one_line(tmp_path):
         (["curves", "--group", f"a={tmp_path / 's0'}", "--metric", "train/sucess_rate", "--out", str(tmp_path / "c.png")],
          "--metric 'train/sucess_rate' is not a column of"),
         (["eval", str(tmp_path / "s0"), "--video", str(tmp_path / "clip")], "has no suffix; name it *.mp4"),
-        (["eval", str(tmp_path / "s0"), "--benchmark", "maniskill-vision", "--out", str(tmp_path / "r.json"), "--stochastic"],
-         "--stochastic apply to the plain evaluation"),
+        (["eval", str(tmp_path / "s0"), "--benchmark", "maniskill-vision", "--out", str(tmp_path / "r.json"), "--video",
+          str(tmp_path / "v.mp4")], "--video apply to the plain evaluation"),
         (["eval", str(tmp_path / "s0"), "--strengths", "abc"], "'abc': expected comma-separated numbers >= 0"),
     ]
     for argv, fragment in cases:

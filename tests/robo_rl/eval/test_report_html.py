@@ -132,6 +132,9 @@ def test_cli_writes_the_html_next_to_the_markdown(tmp_path):
     out = json.loads(proc.stdout)
     assert out == {"report": str(p["a"].with_suffix(".md")), "html": str(tmp_path / "r.html")}
     assert 'id="comparison-0"' in (tmp_path / "r.html").read_text()
+    proc = run_cli("eval", "--report", str(p["a"]))  # without --html: the page next to the markdown
+    assert proc.returncode == 0 and json.loads(proc.stdout)["html"] == str(p["a"].with_suffix(".html"))
+    assert "<html" in p["a"].with_suffix(".html").read_text()
     proc = run_cli("eval", "runs/x", "--html", str(tmp_path / "y.html"))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--html" in proc.stderr
 
