@@ -21,6 +21,16 @@ class SeparateCritic(Protocol):
 
 
 @runtime_checkable
+class FineRatios(Protocol):
+    """A policy whose ``evaluate`` scores finer units than one log-prob per transition: (N, U) log-probs
+    (e.g. each executed action, or each action element). PPO then takes one ratio per unit, recomputing
+    the old log-probs per unit before the update (``act`` still returns one per transition)."""
+
+    ratio_unit: str
+    """"chunk" (one log-prob per transition, as ``act``'s) or the finer unit's name."""
+
+
+@runtime_checkable
 class RunningNormalizer(Protocol):
     """A policy normalizing its inputs with running statistics the trainer feeds."""
 

@@ -21,7 +21,7 @@ from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import OptimizerState, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
-from robo_rl.capabilities import TokenScorer
+from robo_rl.capabilities import FineRatios, TokenScorer
 from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 from robo_rl.registry import ADVANTAGES
@@ -128,7 +128,8 @@ class GRPO(OptimizerState):
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         cfg, n = self.cfg, batch.size
         with torch.no_grad():  # the behaviour policy is the current one: nothing was updated since the rollout
-            old = self._log_probs(batch.obs, batch.extras) if self.tokens else batch.log_prob
+            fine = isinstance(self.policy, FineRatios) and self.policy.ratio_unit != "chunk"
+            old = self._log_probs(batch.obs, batch.extras) if self.tokens or fine else batch.log_prob
             ref = None if self.reference is None else self._log_probs(batch.obs, batch.extras, self.reference)
         sums: dict[str, float] = {}
         count = 0

@@ -12,7 +12,7 @@ from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import OptimizerState
 from robo_rl.batch import RolloutBatch, Trajectories
-from robo_rl.capabilities import SeparateCritic
+from robo_rl.capabilities import FineRatios, SeparateCritic
 from robo_rl.config import check_ranges, ranged
 from robo_rl.registry import ADVANTAGES
 
@@ -83,12 +83,14 @@ def _regression(pred: torch.Tensor, target: torch.Tensor, huber_delta: float | N
 def ppo_losses(new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
                new_value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor,
                clip_coef: float, clip_value: float | None, huber_delta: float | None = None) -> dict[str, torch.Tensor]:
-    """Per-minibatch PPO terms, all (N,) inputs -> scalars.
+    """Per-minibatch PPO terms, all (N,) inputs -> scalars (log-probs (N, U): one ratio per unit, averaged).
 
     policy_loss = mean(max(-A r, -A clip(r, 1-c, 1+c))), r = exp(new - old);
     value_loss = mean(max(l(v, R), l(v_old + clip(v - v_old, -cv, cv), R))) (or unclipped), with
     l = 0.5 (v - R)^2, or Huber with ``huber_delta``.
     """
+    if new_log_prob.ndim > advantages.ndim:  # one ratio per unit (FineRatios): each unit gets its row's advantage
+        advantages = advantages.reshape(advantages.shape + (1,) * (new_log_prob.ndim - advantages.ndim))
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
     pg1 = -advantages * ratio
@@ -149,10 +151,21 @@ class PPO(OptimizerState):
             for group in self.optimizer.param_groups:
                 group["lr"] = group.get("base_lr", self.cfg.lr) * max(0.0, 1.0 - fraction_done)
 
+    def _unit_log_probs(self, batch: RolloutBatch, mb_size: int) -> RolloutBatch:
+        """``batch`` with its log-probs rescored per unit under the rollout weights (before any step)."""
+        parts = []
+        with torch.no_grad():
+            for start in range(0, batch.size, mb_size):
+                mb = batch.index(torch.arange(start, min(batch.size, start + mb_size)))
+                parts.append(self.calls("evaluate", mb.obs, mb.extras)[0].detach())
+        return RolloutBatch(batch.obs, batch.extras, torch.cat(parts), batch.values, batch.advantages, batch.returns)
+
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
         n = batch.size
         mb_size = max(1, n // cfg.minibatches)
+        if isinstance(self.policy, FineRatios) and self.policy.ratio_unit != "chunk":
+            batch = self._unit_log_probs(batch, mb_size)
         sums: dict[str, float] = {}
         count = 0
         stop = False

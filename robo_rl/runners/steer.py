@@ -29,7 +29,7 @@ from robo_rl.build import build_env, load_run, policy_from_checkpoint, with_num_
 from robo_rl.contracts import Steerable
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.files import atomic_path, check_replaceable, output_problem, replace_dir
-from robo_rl.runners.steer_logs import check_log_fits, load_logs  # noqa: F401  (re-exported)
+from robo_rl.runners.steer_logs import base_fingerprint, check_log_base, check_log_fits, load_logs
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,7 @@ def collect(checkpoint: str, episodes: int, out: str, num_envs: int | None = Non
               "episode": np.array([r["episode"] for r in kept]), "instruction": np.array([r["instruction"] for r in kept])}
     if kept[0]["state"] is not None:
         arrays["state"] = np.stack([r["state"] for r in kept]).astype(np.float32)
+    arrays["base_id"] = np.full(len(kept), base_fingerprint(checkpoint))
     path = Path(out)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -345,6 +346,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     torch.manual_seed(seed)  # before the heads are built: their initialization is part of the fit
     base, obs_spec = _flow_policy_and_spec(checkpoint)
     check_log_fits(data, base, obs_spec, ", ".join(f"'{p}'" for p in paths))
+    check_log_base(data, checkpoint, ", ".join(f"'{p}'" for p in paths))
     model = base.steered(cfg)
     rng = np.random.default_rng(seed)
     train_idx, val_idx = _episode_split(data["episode"], val_fraction, rng)
@@ -352,6 +354,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     fail_data = load_logs(fail_paths) if fail_log else data
     if fail_log:
         check_log_fits(fail_data, base, obs_spec, ", ".join(f"'{p}'" for p in fail_paths))
+        check_log_base(fail_data, checkpoint, ", ".join(f"'{p}'" for p in fail_paths))
     f_train, f_val = _episode_split(fail_data["episode"], val_fraction, rng) if fail_log else (train_idx, val_idx)
     failed = torch.from_numpy(data["failed"].astype(np.float32))
     f_failed = torch.from_numpy(fail_data["failed"].astype(np.float32))

@@ -3,6 +3,7 @@ base policy (one-line errors for anything that would fail deep inside the model)
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,9 @@ def load_logs(paths: list[str | Path]) -> dict[str, np.ndarray]:
             raise ConfigError(f"steering log '{path}' has inconsistent arrays ({', '.join(f'{k} {part[k].shape}' for k in sorted(part))}); "
                               "expected N rows of rgb (N, V, H, W, 3), actions (N, ..., A) and the rest (N,)")
         parts.append(part)
+    if not all("base_id" in part for part in parts):  # older logs name no base: pooled, the id is dropped
+        for part in parts:
+            part.pop("base_id", None)
     keys = set(parts[0])
     for path, part in zip(paths[1:], parts[1:]):
         if set(part) != keys or part["rgb"].shape[1:] != parts[0]["rgb"].shape[1:]:
@@ -64,3 +68,26 @@ def load_logs(paths: list[str | Path]) -> dict[str, np.ndarray]:
         part["episode"] = part["episode"] + offset
         offset = int(part["episode"].max()) + 1
     return {k: np.concatenate([part[k] for part in parts]) for k in keys} if len(parts) > 1 else parts[0]
+
+
+def base_fingerprint(checkpoint: str | Path) -> str:
+    """A short id of the checkpoint a log was collected with: sha256 of its meta.json and its weights'
+    size (the weights themselves are not read: 7B checkpoints)."""
+    from robo_rl.checkpoint import resolve
+
+    ckpt = resolve(checkpoint)
+    h = hashlib.sha256((ckpt / "meta.json").read_bytes())
+    for f in sorted(ckpt.glob("*.safetensors")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+def check_log_base(data: dict[str, np.ndarray], checkpoint: str | Path, where: str) -> None:
+    """Logs that name the base they were collected with must name this one (older logs name none)."""
+    if "base_id" not in data:
+        return
+    have = sorted({str(x) for x in np.unique(data["base_id"])})
+    want = base_fingerprint(checkpoint)
+    if have != [want]:
+        raise ConfigError(f"steering log {where} was collected with another base policy (id {', '.join(have)}; "
+                          f"'{checkpoint}' is {want}); collect the log with this checkpoint")

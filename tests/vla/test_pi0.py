@@ -169,3 +169,66 @@ def test_a_checkpoint_without_norm_stats_is_refused_unless_asked(tmp_path):
     q = Pi0Policy(Pi0PolicyConfig(checkpoint=str(tmp_path / "bare"), require_norm_stats=False, exec_steps=3), OBS_SPEC, ACT)
     with torch.no_grad():
         torch.testing.assert_close(q.eval().act(_obs(2), deterministic=True).actions, p.act(_obs(2), deterministic=True).actions)
+
+
+@pytest.mark.parametrize("sampler", ["sde", "noise"])
+def test_ratio_units_divide_the_chunk_log_prob(sampler):
+    """chunk = one log-prob per chunk (as act's); action / element = one per executed step / element, each
+    the mean over the stochastic transitions, so K x the units' sum is the chunk's log-prob."""
+    obs = _obs(3)
+    chunk = _policy(sampler=sampler)
+    with torch.no_grad():
+        out = chunk.act(obs)
+    n = chunk.model.arch.num_steps if sampler == "noise" else 1
+    by_unit = {}
+    for unit in ("action", "element"):
+        p = _policy(sampler=sampler, ratio_unit=unit)
+        p.load_state_dict(chunk.state_dict())
+        with torch.no_grad():
+            by_unit[unit] = p.evaluate(obs, out.extras)[0]
+    assert by_unit["action"].shape == (3, 3) and by_unit["element"].shape == (3, 3 * 7)
+    torch.testing.assert_close(by_unit["action"].sum(-1) * n, out.log_prob, atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(by_unit["element"].view(3, 3, 7).sum(-1), by_unit["action"], atol=1e-4, rtol=1e-5)
+
+
+def test_ppo_with_element_ratios_moves_the_advantaged_chunks_and_clips_per_element():
+    from robo_rl.algorithms.ppo import ppo_losses
+
+    p = _policy(sampler="noise", ratio_unit="element")
+    obs = _obs(8)
+    with torch.no_grad():
+        out = p.act(obs)
+    adv = torch.tensor([1.0, -1.0] * 4)
+    stored = {k: v for k, v in obs.items() if k != "instruction"}
+    batch = RolloutBatch(stored, out.extras, out.log_prob, out.value, adv, out.value + adv)
+    with torch.no_grad():
+        before = p.evaluate(stored, out.extras)[0]
+    algo = PPO(PPOConfig(lr=1e-3, epochs=4, minibatches=2, target_kl=None, norm_adv=False, value_lr=1e-3), p)
+    p.train()
+    algo.update(batch)  # the stored (N,) log-probs are re-scored per element before the first step
+    with torch.no_grad():
+        delta = (p.evaluate(stored, out.extras)[0] - before).sum(-1)
+    assert delta[adv > 0].mean() > 0 and delta[adv < 0].mean() < 0, delta
+    # one element far outside the clip range is clipped alone: the loss is the mean of per-element terms
+    old = torch.zeros(1, 4)
+    new = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
+    terms = ppo_losses(new, old, torch.ones(1), torch.zeros(1), torch.zeros(1), torch.zeros(1), 0.2, None)
+    assert terms["policy_loss"].item() == pytest.approx(-(3 * 1.0 + 1.2) / 4)
+    assert terms["clip_frac"].item() == pytest.approx(0.25)
+
+
+def test_log_variance_noise_head_spans_its_bounds_geometrically():
+    from vla.pi0.sampling import NoiseHead
+
+    head = NoiseHead(4, 2, 0.08, 0.16, space="logvar")
+    h, t = torch.zeros(1, 1, 4), torch.zeros(1)
+    assert head(h, t).flatten()[0].item() == pytest.approx((0.08 * 0.16) ** 0.5, rel=1e-6)  # the geometric mean
+    with torch.no_grad():
+        head.proj.bias.fill_(50.0)
+    assert head(h, t).flatten()[0].item() == pytest.approx(0.16, rel=1e-5)
+    linear = NoiseHead(4, 2, 0.08, 0.16)
+    assert linear(h, t).flatten()[0].item() == pytest.approx(0.12)
+    with pytest.raises(ConfigError, match="policy.noise_space"):
+        NoiseHead(4, 2, 0.08, 0.16, space="log")
+    with pytest.raises(ConfigError, match="policy.ratio_unit"):
+        _policy(ratio_unit="token")

@@ -55,6 +55,13 @@ class Pi0PolicyConfig:
     """Flow-Noise noise-head std lower bound (below ``max_std``). Range: > 0."""
     max_std: float = ranged(0.3, gt=0)
     """Flow-Noise noise-head std upper bound. Range: > 0."""
+    ratio_unit: Literal["chunk", "action", "element"] = "chunk"
+    """What one PPO ratio covers (``evaluate``'s log-prob): the whole chunk (B,), each executed action
+    (B, E) or each executed action element (B, E * A); the finer units average over the denoising
+    transitions (RLinf's token-level Flow-Noise ratios), and PPO recomputes their old log-probs."""
+    noise_space: Literal["std", "logvar"] = "std"
+    """Flow-Noise noise head: interpolate the std linearly between the bounds, or the log-variance
+    (pi_RL's parametrisation, with bounds [0.08, 0.16] in its configs)."""
     default_instruction: str = "complete the task"
     """Instruction used when the observation carries none."""
     max_prompt_tokens: int = ranged(48, ge=1)
@@ -73,7 +80,7 @@ class Pi0PolicyConfig:
             raise ConfigError(f"config key 'policy.arch' = {self.arch!r} is not a preset; known: {', '.join(ARCH_PRESETS)}")
         if not self.cameras:
             raise ConfigError("config key 'policy.cameras' = []: list at least one camera index (e.g. [0])")
-        SamplerConfig(self.sampler, self.noise_level, self.min_std, self.max_std)  # validates
+        SamplerConfig(self.sampler, self.noise_level, self.min_std, self.max_std, self.ratio_unit)  # validates
         if self.sampler == "sde" and self.noise_level == 0:
             raise ConfigError("config key 'policy.noise_level' = 0 with sampler sde has zero std, so no "
                               "log-probability for PPO; use noise_level > 0 (e.g. 0.5), or sampler ode for evaluation")
@@ -107,7 +114,8 @@ class Pi0Policy(nn.Module):
         self.model = model
         arch: Pi0Arch = model.arch
         self.text = text_tokenizer or ByteTokenizer()
-        self.sampler = SamplerConfig(cfg.sampler, cfg.noise_level, cfg.min_std, cfg.max_std)
+        self.sampler = SamplerConfig(cfg.sampler, cfg.noise_level, cfg.min_std, cfg.max_std, cfg.ratio_unit)
+        self.ratio_unit = cfg.ratio_unit  # robo_rl.contracts.FineRatios: PPO recomputes per-unit old log-probs
         self.exec_steps = cfg.exec_steps or arch.chunk_size
         if self.exec_steps > arch.chunk_size:
             raise ConfigError(f"policy.exec_steps = {self.exec_steps} exceeds the model's chunk of {arch.chunk_size}")
@@ -138,7 +146,7 @@ class Pi0Policy(nn.Module):
         if norm is not None:
             self._check_norm_dims(norm, obs_spec is not None, action_spec is not None)
             self.set_norm_stats(**norm)
-        self.noise_head = NoiseHead(arch.expert_hidden, arch.max_action_dim, cfg.min_std, cfg.max_std)
+        self.noise_head = NoiseHead(arch.expert_hidden, arch.max_action_dim, cfg.min_std, cfg.max_std, cfg.noise_space)
         self.value_head = nn.Sequential(nn.Linear(arch.lm_hidden, cfg.value_hidden), nn.GELU(), nn.Linear(cfg.value_hidden, 1))
         nn.init.zeros_(self.value_head[2].weight)
         nn.init.zeros_(self.value_head[2].bias)

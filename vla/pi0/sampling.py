@@ -31,6 +31,7 @@ from vla.pi0.model import Pi0Model, Prefix
 
 SamplerKind = Literal["ode", "noise", "sde"]
 KINDS = ("ode", "noise", "sde")
+UNITS = ("chunk", "action", "element")
 
 
 @dataclass(frozen=True)
@@ -45,29 +46,45 @@ class SamplerConfig:
     """Flow-Noise: smallest per-step std of the noise head (below ``max_std``). Range: > 0."""
     max_std: float = ranged(0.3, gt=0)
     """Flow-Noise: largest per-step std. Range: > 0."""
+    unit: str = "chunk"
+    """What one log-prob (one PPO ratio) covers in ``path_log_prob``: "chunk", the sum over the stochastic
+    transitions, executed steps and action dims (B,); "action", per executed step (B, E): the mean over
+    transitions of the sum over dims; "element", per executed (step, dim) (B, E * A): the mean over
+    transitions (RLinf's token-level Flow-Noise ratios)."""
 
     def __post_init__(self) -> None:
         check_ranges(self, "policy")
         if self.kind not in KINDS:
             raise ConfigError(f"sampler kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}")
+        if self.unit not in UNITS:
+            raise ConfigError(f"config key 'policy.ratio_unit' = {self.unit!r}; choose one of {', '.join(UNITS)}")
         if not self.min_std < self.max_std:
             raise ConfigError(f"config keys 'policy.min_std' = {self.min_std} and 'policy.max_std' = "
                               f"{self.max_std}: min_std must be below max_std")
 
 
 class NoiseHead(nn.Module):
-    """Flow-Noise std: (expert latents (B, H, D), t (B,)) -> (B, H, A) in [min_std, max_std]."""
+    """Flow-Noise std: (expert latents (B, H, D), t (B,)) -> (B, H, A) in [min_std, max_std].
+    ``space`` "std": std = min + (max - min) * sigmoid(u); "logvar" (pi_RL's): the same sigmoid
+    interpolates the log-variance, log std^2 = log min^2 + (log max^2 - log min^2) * sigmoid(u), so equal
+    steps of u scale the std by equal factors. Both start at sigmoid(0) = 1/2 (u = 0)."""
 
-    def __init__(self, hidden: int, action_dim: int, min_std: float, max_std: float) -> None:
+    def __init__(self, hidden: int, action_dim: int, min_std: float, max_std: float, space: str = "std") -> None:
         super().__init__()
-        self.min_std, self.max_std = min_std, max_std
+        if space not in ("std", "logvar"):
+            raise ConfigError(f"config key 'policy.noise_space' = {space!r}; choose 'std' or 'logvar'")
+        self.min_std, self.max_std, self.space = min_std, max_std, space
         self.proj = nn.Linear(hidden + 1, action_dim)
         nn.init.zeros_(self.proj.weight)
         nn.init.zeros_(self.proj.bias)  # starts at the middle of the range
 
     def forward(self, h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         x = torch.cat([h.float(), t.float()[:, None, None].expand(-1, h.shape[1], 1)], dim=-1)
-        return self.min_std + (self.max_std - self.min_std) * torch.sigmoid(self.proj(x))
+        w = torch.sigmoid(self.proj(x))
+        if self.space == "logvar":
+            lo, hi = 2.0 * math.log(self.min_std), 2.0 * math.log(self.max_std)
+            return torch.exp(0.5 * (lo + (hi - lo) * w))
+        return self.min_std + (self.max_std - self.min_std) * w
 
 
 @dataclass
@@ -99,13 +116,32 @@ def _sde_mean_std(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float, 
     return mean, (sigma * math.sqrt(abs(dt))).expand_as(mean)
 
 
-def _gaussian(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum over masked elements of log N(x; mean, std^2) and of the entropy; each (B,)."""
+def _gaussian_elements(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Elementwise log N(x; mean, std^2) and entropy, each shaped as ``x``."""
     std = std.float()
     logp = -((x.float() - mean.float()) ** 2) / (2 * std**2) - torch.log(std) - 0.5 * math.log(2 * math.pi)
-    ent = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)
+    return logp, (0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)).expand_as(logp)
+
+
+def _gaussian(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum over masked elements of log N(x; mean, std^2) and of the entropy; each (B,)."""
+    logp, ent = _gaussian_elements(x, mean, std)
     m = mask.to(logp.dtype)
     return (logp * m).flatten(1).sum(-1), (ent * m).flatten(1).sum(-1)
+
+
+def reduce_units(logp: torch.Tensor, mask: torch.Tensor, unit: str) -> torch.Tensor:
+    """Elementwise log-probs summed over the stochastic transitions, (B, H, A), divided into ``unit``s over
+    the masked elements (mask (H, A): executed steps x real dims); n transitions per row give the
+    mean for "action" / "element" after the caller divides by n. chunk (B,), action (B, E), element (B, E * A)."""
+    m = mask.to(logp.dtype)
+    if unit == "chunk":
+        return (logp * m).flatten(1).sum(-1)
+    steps = m.any(-1) if m.ndim == 2 else m[0].bool().any(-1)
+    if unit == "action":
+        return (logp * m).sum(-1)[:, steps.bool()]
+    flat = (m if m.ndim == 2 else m[0]).bool()
+    return logp[:, flat]
 
 
 def sample(model: Pi0Model, prefix: Prefix, state: torch.Tensor, x0: torch.Tensor, cfg: SamplerConfig,
@@ -166,15 +202,22 @@ def path_log_prob(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: to
         v, _ = model.velocity(prefix, state, x, t)
         mean, std = _sde_mean_std(x, v, t, dt, cfg.noise_level)
         lp, en = _gaussian(path[rows, step + 1], mean, std, mask)
-        return (lp[:, None], en[:, None]) if per_step else (lp, en)
+        if per_step:
+            return lp[:, None], en[:, None]
+        if cfg.unit != "chunk":  # one stochastic transition: its elements are the units
+            return reduce_units(_gaussian_elements(path[rows, step + 1], mean, std)[0], mask[0], cfg.unit), en
+        return lp, en
     if noise_head is None:
         raise ConfigError("the Flow-Noise sampler needs a noise head")
     rep = prefix.repeat(k)
     x = path[:, :-1].reshape(b * k, *path.shape[2:])
     t = ts.repeat(b)
     v, h = model.velocity(rep, state.repeat_interleave(k, 0), x, t)
-    lp, en = _gaussian(path[:, 1:].reshape(b * k, *path.shape[2:]), x + dt * v, noise_head(h, t),
-                       mask.repeat_interleave(k, 0))
+    nxt, std = path[:, 1:].reshape(b * k, *path.shape[2:]), noise_head(h, t)
+    lp, en = _gaussian(nxt, x + dt * v, std, mask.repeat_interleave(k, 0))
     if per_step:
         return lp.view(b, k), en.view(b, k)
+    if cfg.unit != "chunk":  # the mean over the K transitions of each unit
+        elements = _gaussian_elements(nxt, x + dt * v, std)[0].view(b, k, *path.shape[2:]).mean(1)
+        return reduce_units(elements, mask[0], cfg.unit), en.view(b, k).sum(-1)
     return lp.view(b, k).sum(-1), en.view(b, k).sum(-1)

@@ -253,6 +253,11 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert fitted["conformal"]["calibration_episodes"] >= 3 and 0.0 <= fitted["gate_test"]["false_alarm_rate"] <= 1.0
     proc = run_cli("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2")
     assert proc.returncode == 0 and json.loads(proc.stdout)["gate"] == "conformal", proc.stderr[-3000:]
+    # a log of another base policy (the PPO run's) is refused for this one, in one line
+    assert len(set(calls["base_id"].tolist())) == 1
+    proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(log), "--out", str(tmp_path / "other"))
+    assert proc.returncode == 2 and "was collected with another base policy" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "other").exists()
 
 
 def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need_maniskill):
