@@ -238,13 +238,24 @@ def _add_steer(sub: argparse._SubParsersAction) -> None:
                     help="start each chunk from Gaussian noise (as deployed and as collected), seeded by --seed; "
                          "default: from x_0 = 0")
     se.add_argument("--out", help="also write the evaluation JSON here (atomically), for 'robo-rl compare'")
-    for q in (sc, se):
+    so = ssub.add_parser("online", help="fine-tune a steering head in the environment (VLA frozen, gate in the loop)")
+    so.add_argument("checkpoint")
+    so.add_argument("--steering", required=True, help="a directory from 'steer fit' (the head to start from)")
+    so.add_argument("--out", required=True, help="output steering directory")
+    so.add_argument("--iterations", type=int, default=10)
+    so.add_argument("--episodes", type=int, default=8, help="whole episodes per iteration")
+    so.add_argument("--lr", type=float, default=1e-4)
+    so.add_argument("--epochs", type=int, default=2)
+    so.add_argument("--clip", type=float, default=0.2)
+    so.add_argument("--noise-level", type=float, default=0.5, help="Flow-SDE noise level of the rollouts")
+    so.add_argument("--tau", type=float, default=None, help="the tau gate's threshold (default: the fitted one)")
+    for q in (sc, se, so):
         q.add_argument("--num-envs", type=int, default=None)
         q.add_argument("--seed", type=int, default=None)
         q.add_argument("overrides", nargs="*", help="env.key=value overrides (e.g. an OOD variation)")
-    for q in (sc, sf, se):
+    for q in (sc, sf, se, so):
         q.set_defaults(fn=cmd_steer)
-    for sp in (sc, sf, se):
+    for sp in (sc, sf, se, so):
         sp.add_argument("--allow-large", action="store_true",
                         help="build the checkpoint's model even above 100M parameters")
 

@@ -1,4 +1,4 @@
-"""`robo-rl steer collect | fit | eval`: RL^2 latent steering of a flow policy."""
+"""`robo-rl steer collect | fit | online | eval`: RL^2 latent steering of a flow policy."""
 
 from __future__ import annotations
 
@@ -21,9 +21,15 @@ def cmd_steer(args: argparse.Namespace) -> int:
                         shared_head=not args.two_heads, gae_lambda=args.gae_lambda, head=args.head,
                         returns=args.returns, fail_log=args.fail_log, gate=args.gate, alpha=args.alpha,
                         val_fraction=args.val_fraction)
+    elif args.steer_command == "online":
+        from robo_rl.runners.steer_online import train_online
+
+        out = train_online(args.checkpoint, args.steering, args.out, args.iterations, args.episodes, args.num_envs,
+                           20_000 if args.seed is None else args.seed, args.lr, args.epochs, args.clip, args.noise_level,
+                           args.overrides, tau=args.tau)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,
                              beta=args.beta, stochastic=args.stochastic, samples=args.samples)
-    emit_eval(out, args.out if args.steer_command == "eval" else None)  # collect/fit's --out is their own file
+    emit_eval(out, args.out if args.steer_command == "eval" else None)  # collect/fit/online's --out is their own
     return 0

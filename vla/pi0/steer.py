@@ -28,7 +28,27 @@ from robo_rl.algorithms.rl2 import (
 )
 from robo_rl.contracts import PolicyOutput
 from vla.pi0.policy import Pi0Policy
-from vla.pi0.sampling import step_times
+from vla.pi0.sampling import SamplerConfig, path_log_prob, sample, step_times
+
+
+class _Composed:
+    """A stand-in for the base's ``Pi0Model`` in ``sample`` / ``path_log_prob`` whose velocity is the
+    composed field v_vla + g * beta * v_phi (rows with g = 0: the base's own); gradient reaches the head
+    only through gated rows."""
+
+    def __init__(self, steered: SteeredPi0Policy, gate: torch.Tensor) -> None:
+        self.arch, self._steered, self._gate = steered.base.model.arch, steered, gate
+
+    def velocity(self, prefix: Any, state: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self._steered
+        with torch.no_grad():
+            v, z = s.base.model.velocity(prefix, state, x, t)
+        gate = self._gate.repeat_interleave(x.shape[0] // self._gate.shape[0], 0)
+        if isinstance(s.head, MeanShiftHead):
+            v_phi = -s.head.shift(prefix.pooled)
+        else:
+            v_phi = s.head(x, t, z)
+        return compose(v, v_phi, gate, s.cfg.beta), z
 
 
 class SteeredPi0Policy(nn.Module):
@@ -125,6 +145,34 @@ class SteeredPi0Policy(nn.Module):
         scores = self.scorer(feats, cand[:, :, : base.exec_steps, : base.action_dim].flatten(0, 1)).view(b, k + 1)
         best = cand[torch.arange(b), scores.argmax(1)]
         return torch.where(g[:, None, None], best, x)
+
+    @torch.no_grad()
+    def online_act(self, obs: dict[str, Any], noise_level: float = 0.5) -> PolicyOutput:
+        """A Flow-SDE sample of the composed field (one stochastic denoising step per chunk, noise level
+        ``noise_level``) with its log-prob; ``extras`` hold what ``online_log_prob`` re-scores (the path,
+        its stochastic step, the gate, the prompt)."""
+        base = self.base
+        prompt = base.prompts(obs, int(torch.as_tensor(obs["rgb"]).shape[0]))
+        pre, state = base.prefix(obs, prompt)
+        g, p_fail = self.gate(pre.pooled)
+        arch = base.model.arch
+        x0 = torch.randn(state.shape[0], arch.chunk_size, arch.max_action_dim, device=state.device)
+        res = sample(_Composed(self, g), pre, state, x0, SamplerConfig("sde", noise_level), base.log_prob_mask())
+        self.rows_seen += int(g.numel())
+        self.rows_steered += int(g.sum())
+        extras = {"path": res.path, "step": res.step, "gate": g, "prompt_ids": prompt[0], "prompt_mask": prompt[1]}
+        return PolicyOutput(actions=base._unnormalize(res.actions[:, : base.exec_steps]), log_prob=res.log_prob,
+                            extras={**extras, "steered": g, "p_fail": p_fail})
+
+    def online_log_prob(self, obs: dict[str, Any], extras: dict[str, Any], noise_level: float = 0.5) -> torch.Tensor:
+        """(B,) log-prob of stored ``online_act`` samples under the current head (differentiable in the
+        head's parameters only; rows whose gate was closed do not depend on them)."""
+        base = self.base
+        with torch.no_grad():
+            pre, state = base.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
+        lp, _ = path_log_prob(_Composed(self, extras["gate"].bool()), pre, state, extras["path"], extras["step"],
+                              SamplerConfig("sde", noise_level), base.log_prob_mask())
+        return lp
 
     def steering_loss(self, obs: dict[str, Any], actions: torch.Tensor, advantages: torch.Tensor,
                       valid: torch.Tensor | None = None) -> torch.Tensor:

@@ -253,6 +253,18 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert fitted["conformal"]["calibration_episodes"] >= 3 and 0.0 <= fitted["gate_test"]["false_alarm_rate"] <= 1.0
     proc = run_cli("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2")
     assert proc.returncode == 0 and json.loads(proc.stdout)["gate"] == "conformal", proc.stderr[-3000:]
+    # online RL^2: the conformal-gated head fine-tuned in the env; only the head's weights change
+    from safetensors.torch import load_file
+
+    proc = run_cli("steer", "online", sft, "--steering", str(tmp_path / "steering"), "--out", str(tmp_path / "online"),
+                   "--iterations", "1", "--episodes", "2", "--num-envs", "2", "--epochs", "1", "--lr", "0.01",
+                   "--tau", "0")  # p_fail > 0: every call steered
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    online = json.loads(proc.stdout)["online"]
+    assert len(online) == 1 and online[0]["steered_calls"] > 0
+    before, after = load_file(str(tmp_path / "steering" / "heads.safetensors")), load_file(str(tmp_path / "online" / "heads.safetensors"))
+    assert set(before) == set(after)
+    assert all(torch.equal(before[k], after[k]) for k in before if not k.startswith("head."))
     # a log of another base policy (the PPO run's) is refused for this one, in one line
     assert len(set(calls["base_id"].tolist())) == 1
     proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(log), "--out", str(tmp_path / "other"))

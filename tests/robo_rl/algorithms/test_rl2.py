@@ -355,3 +355,23 @@ def test_best_of_n_picks_the_scorers_favourite_only_where_the_gate_is_open():
     assert torch.equal(best.actions[~g], one.actions[~g])  # closed rows: untouched, bit for bit
     assert bool((best.actions[g, 0, 0] >= one.actions[g, 0, 0]).all())  # x itself is one of the candidates
     assert bool((best.actions[g, 0, 0] > one.actions[g, 0, 0]).any())
+
+
+def test_online_log_probs_reach_only_the_head_and_only_through_gated_rows():
+    s = _steered(tau=0.5)
+    obs = _obs()
+    with torch.no_grad():
+        p = torch.sigmoid(s.fail(s.base.prefix(obs)[0].pooled))
+    s.cfg = SteeringConfig(beta=1.0, tau=float(p.median()))
+    torch.manual_seed(0)
+    out = s.online_act(obs)
+    g = out.extras["gate"]
+    assert g.any() and not g.all()
+    lp = s.online_log_prob(obs, out.extras)
+    torch.testing.assert_close(lp, out.log_prob, atol=1e-4, rtol=0)  # the stored sample re-scores exactly
+    lp[~g].sum().backward(retain_graph=True)  # closed rows: no gradient anywhere
+    assert all(q.grad is None or float(q.grad.abs().sum()) == 0.0 for q in s.parameters())
+    lp[g].sum().backward()
+    assert any(q.grad is not None and float(q.grad.abs().sum()) > 0 for q in s.head.parameters())
+    others = [q for m in (s.base, s.fail, s.scorer) for q in m.parameters()]
+    assert all(q.grad is None for q in others)
