@@ -16,6 +16,7 @@ ceil((1 - alpha) / alpha) calibration successes (9 for alpha = 0.1). Shapes: log
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -76,6 +77,12 @@ class ConformalBands:
         b = np.minimum(np.asarray(t) // self.bin_calls, len(self.center) - 1)
         return np.asarray(self.center)[b] + self.lam * np.asarray(self.scale)[b]
 
+    def excursion(self, scores: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """(N,) (S_t - center[b(t)]) / scale[b(t)]: the gate fires where this exceeds ``lam``, so an episode's
+        largest excursion says whether a band of any other ``lam`` (same center and scale) would have fired."""
+        b = np.minimum(np.asarray(t) // self.bin_calls, len(self.center) - 1)
+        return (np.asarray(scores) - np.asarray(self.center)[b]) / np.asarray(self.scale)[b]
+
     def fires(self, scores: np.ndarray, t: np.ndarray) -> np.ndarray:
         """(N,) bool: the running score is above the band."""
         return np.asarray(scores) > self.threshold(t)
@@ -119,15 +126,10 @@ def calibrate(shape: tuple[np.ndarray, np.ndarray], calib: tuple[np.ndarray, np.
         vals = s_shape[b_shape == b]
         center.append(float(vals.mean()) if len(vals) else (center[-1] if center else 0.0))
         scale.append(max(float(vals.std()) if len(vals) > 1 else overall, floor))
-    base = ConformalBands(alpha, bin_calls, tuple(center), tuple(scale), 0.0, len(calib_eps))
-    maxima = []
-    for scores in calib_eps:
-        t = np.arange(len(scores))
-        b = np.minimum(t // bin_calls, len(center) - 1)
-        maxima.append(float(np.max((scores - np.asarray(center)[b]) / np.asarray(scale)[b])))
+    shape_only = ConformalBands(alpha, bin_calls, tuple(center), tuple(scale), 0.0, len(calib_eps))
+    maxima = [float(np.max(shape_only.excursion(scores, np.arange(len(scores))))) for scores in calib_eps]
     k = math.ceil((len(maxima) + 1) * (1.0 - alpha))
-    lam = sorted(maxima)[k - 1]
-    return ConformalBands(alpha, bin_calls, base.center, base.scale, lam, len(calib_eps))
+    return dataclasses.replace(shape_only, lam=sorted(maxima)[k - 1])
 
 
 def gate_report(bands: ConformalBands, scores: np.ndarray, episode: np.ndarray, failed: np.ndarray,

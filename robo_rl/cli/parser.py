@@ -230,7 +230,9 @@ def _add_steer(sub: argparse._SubParsersAction) -> None:
     se.add_argument("--samples", type=int, default=1,
                     help="composed samples per steered call; > 1: the fitted scorer executes the best (test-time scaling)")
     se.add_argument("--episodes", type=int, default=100)
-    se.add_argument("--mode", choices=["gated", "always", "off"], default="gated")
+    se.add_argument("--mode", choices=["gated", "always", "off"], default="gated",
+                    help="gated: the fitted gate; always: steering on every call; off: the base alone, the fitted gate only watched "
+                         "(gate_monitor: its false-alarm and detection rates on the base's own episodes)")
     se.add_argument("--tau", type=float, default=None, help="with --mode gated: the gate threshold (default: the fitted one)")
     se.add_argument("--beta", type=float, default=None,
                     help="steering scale (default: the fitted one; > 1 extrapolates the advantage shift, like guidance)")
@@ -249,6 +251,8 @@ def _add_steer(sub: argparse._SubParsersAction) -> None:
     so.add_argument("--clip", type=float, default=0.2)
     so.add_argument("--noise-level", type=float, default=0.5, help="Flow-SDE noise level of the rollouts")
     so.add_argument("--tau", type=float, default=None, help="the tau gate's threshold (default: the fitted one)")
+    so.add_argument("--beta", type=float, default=None,
+                    help="steering scale of the rollouts and of the saved head (default: the fitted one)")
     for q in (sc, se, so):
         q.add_argument("--num-envs", type=int, default=None)
         q.add_argument("--seed", type=int, default=None)

@@ -26,7 +26,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
 
         out = train_online(args.checkpoint, args.steering, args.out, args.iterations, args.episodes, args.num_envs,
                            20_000 if args.seed is None else args.seed, args.lr, args.epochs, args.clip, args.noise_level,
-                           args.overrides, tau=args.tau)
+                           args.overrides, tau=args.tau, beta=args.beta)
     else:
         out = steer.evaluate(args.checkpoint, args.steering, args.episodes, args.mode,
                              10_000 if args.seed is None else args.seed, args.num_envs, args.overrides, tau=args.tau,

@@ -29,6 +29,7 @@ from robo_rl.build import build_env, load_run, policy_from_checkpoint, with_num_
 from robo_rl.contracts import Steerable
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.files import atomic_path, check_replaceable, output_problem, replace_dir
+from robo_rl.runners.steer_gate import fit_on_features
 from robo_rl.runners.steer_logs import base_fingerprint, check_log_base, check_log_fits, load_logs
 
 log = logging.getLogger(__name__)
@@ -202,18 +203,6 @@ def _pooled(model: Any, data: dict[str, np.ndarray], chunk: int = 64) -> torch.T
                       for s in range(0, n, chunk)])
 
 
-def _fit_features(net: torch.nn.Module, idx: np.ndarray, batch_loss: Any, steps: int, lr: float,
-                  rng: np.random.Generator, batch_size: int = 256) -> None:
-    """Minibatch Adam on ``net``'s parameters over rows ``idx`` of cached features: ``batch_loss(rows)``
-    is the loss of one minibatch of row indices."""
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    for _ in range(steps):
-        loss = batch_loss(torch.from_numpy(rng.choice(idx, size=min(batch_size, len(idx)), replace=False)))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-
 def _explained_variance(pred: torch.Tensor, y: torch.Tensor) -> float:
     return float(1.0 - (y - pred).var() / y.var().clamp_min(1e-12)) if y.numel() > 1 else float("nan")
 
@@ -238,7 +227,7 @@ def _advantages(cfg: Any, data: dict[str, np.ndarray], pooled: torch.Tensor, rtg
     if cfg.advantage in ("value", "gae"):
         mse = torch.nn.MSELoss()
         value = ValueBaseline(pooled.shape[1], cfg.hidden)
-        _fit_features(value, train_idx, lambda b: mse(value(pooled[b]), ret[b]), steps, lr, rng)
+        fit_on_features(value, train_idx, lambda b: mse(value(pooled[b]), ret[b]), steps, lr, rng)
         with torch.no_grad():
             v = value(pooled)
         value_ev = {"value_ev_train": _explained_variance(v[train_idx], ret[train_idx]),
@@ -261,7 +250,7 @@ def _fit_head(model: Any, cfg: Any, data: dict[str, np.ndarray], pooled: torch.T
     if cfg.head == "mean":  # on the cached prefix features: cheap, so batches of 256
         chunks, valid = model.normalized_chunks(torch.from_numpy(data["actions"]))
         w = advantage_weights(adv, cfg.temperature, cfg.max_weight)
-        _fit_features(model.head, train_idx, lambda b: model.head.loss(pooled[b], chunks[b], w[b], valid[b]), steps, lr, rng)
+        fit_on_features(model.head, train_idx, lambda b: model.head.loss(pooled[b], chunks[b], w[b], valid[b]), steps, lr, rng)
         return
     opt = torch.optim.Adam(model.head.parameters(), lr=lr)
     for step in range(steps):
@@ -370,7 +359,7 @@ def fit(checkpoint: str, log_path: str | list[str], out: str, steps: int = 500, 
     pooled = _pooled(model, data)
     f_pooled = _pooled(model, fail_data) if fail_log else pooled
     bce = torch.nn.BCEWithLogitsLoss()
-    _fit_features(model.fail, f_train, lambda b: bce(model.fail(f_pooled[b]), f_failed[b]), steps, lr, rng)
+    fit_on_features(model.fail, f_train, lambda b: bce(model.fail(f_pooled[b]), f_failed[b]), steps, lr, rng)
     adv, value_ev = _advantages(cfg, data, pooled, rtg, ret, train_idx, val_idx, steps, lr, rng)
     _fit_head(model, cfg, data, pooled, adv, train_idx, steps, batch_size, lr, rng)
     value_ev.update(fit_scorer(model, data, pooled, train_idx, val_idx, steps, lr, rng))
@@ -466,7 +455,7 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
     success is also reported apart for the episodes the gate opened in and those it did not."""
     from robo_rl.runners.evaluate import evaluate_policy
 
-    taus = {"gated": tau, "always": -1.0, "off": 2.0}
+    taus = {"gated": tau, "always": -1.0, "off": None}
     if mode not in taus:
         raise ConfigError(f"steer eval --mode {mode!r}; choose one of {', '.join(taus)}")
     if tau is not None and (mode != "gated" or not 0.0 <= tau <= 1.0):
@@ -481,7 +470,8 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
         raise ConfigError(f"steer eval --samples {samples} needs the chunk scorer, which '{steering_dir}' lacks (fit "
                           "before it existed); fit it again with 'robo-rl steer fit'")
     model.samples = samples
-    if mode != "gated" or tau is not None:  # always / off / a fixed tau: the threshold gate
+    model.monitor = mode == "off"  # the fitted gate runs and is recorded; the actions are the base's
+    if mode == "always" or tau is not None:  # always on / a fixed tau: the threshold gate
         model.cfg = dataclasses.replace(model.cfg, gate="tau")
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))
     try:
@@ -490,6 +480,23 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
         res = evaluate_policy(env, model, episodes, seed=seed, deterministic=not stochastic)
     finally:
         env.close()
-    return {"mode": mode, "stochastic": stochastic, "gate": model.cfg.gate, "samples": samples,
-            **_by_gate(res.episode_success, model.episode_steered), "tau": model.cfg.tau, "beta": model.cfg.beta, "steered_fraction": model.rows_steered / max(1, model.rows_seen),
-            **res.as_dict()}
+    out = {"mode": mode, "stochastic": stochastic, "gate": model.cfg.gate, "samples": samples,
+           **_by_gate(res.episode_success, model.episode_steered), "tau": model.cfg.tau, "beta": model.cfg.beta,
+           "steered_fraction": model.rows_steered / max(1, model.rows_seen), **res.as_dict()}
+    if mode == "off":
+        out["gate_monitor"] = _gate_monitor(res.episode_success, model.episode_steered, model.episode_excursion)
+    return out
+
+
+def _gate_monitor(success: list[list[bool]], opened: list[list[bool]], excursion: list[list[float]]) -> dict[str, Any]:
+    """The fitted gate watched on the base's own episodes (``--mode off``): the realized false-alarm rate
+    (opened in an episode that succeeded), the detection rate (opened in one that failed) and, for the
+    conformal gate, each episode's largest band excursion per env (a band of the same shape with lam L
+    fires in exactly the episodes whose excursion exceeds L)."""
+    pairs = [(bool(ok), bool(op)) for ok_env, op_env in zip(success, opened) for ok, op in zip(ok_env, op_env)]
+    succ = [op for ok, op in pairs if ok]
+    fail = [op for ok, op in pairs if not ok]
+    return {"false_alarm_rate": (sum(succ) / len(succ)) if succ else None, "successful_episodes": len(succ),
+            "detection_rate": (sum(fail) / len(fail)) if fail else None, "failed_episodes": len(fail),
+            "episode_excursion": [[float(x) for x in env[: len(ok_env)]] for ok_env, env in zip(success, excursion)]
+            if any(excursion) else None}

@@ -21,6 +21,18 @@ from robo_rl.algorithms.conformal import (
 from robo_rl.errors import ConfigError
 
 
+def fit_on_features(net: torch.nn.Module, idx: np.ndarray, batch_loss: Any, steps: int, lr: float,
+                  rng: np.random.Generator, batch_size: int = 256) -> None:
+    """Minibatch Adam on ``net``'s parameters over rows ``idx`` of cached features: ``batch_loss(rows)``
+    is the loss of one minibatch of row indices."""
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    for _ in range(steps):
+        loss = batch_loss(torch.from_numpy(rng.choice(idx, size=min(batch_size, len(idx)), replace=False)))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
 def split_heldout(episode: np.ndarray, failed: np.ndarray, heldout_rows: np.ndarray, alpha: float,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(calibration rows, test rows): the held-out episodes halved at random. One-line error, before any
@@ -63,14 +75,13 @@ def fit_scorer(model: Any, data: dict[str, np.ndarray], pooled: torch.Tensor, tr
     """Fit ``model.scorer`` (BCE on the episode's success) on the logged calls' pooled prefixes (N, F) and
     normalized executed chunks; returns its train / held-out AUROC."""
     from robo_rl.algorithms.rl2 import auroc
-    from robo_rl.runners.steer import _fit_features
 
     base = model.base
     target, _ = model.normalized_chunks(torch.as_tensor(data["actions"], dtype=torch.float32))
     chunks = target[:, : base.exec_steps, : base.action_dim]
     success = torch.from_numpy(1.0 - data["failed"].astype(np.float32))
     bce = torch.nn.BCEWithLogitsLoss()
-    _fit_features(model.scorer, train_rows, lambda b: bce(model.scorer(pooled[b], chunks[b]), success[b]), steps, lr, rng)
+    fit_on_features(model.scorer, train_rows, lambda b: bce(model.scorer(pooled[b], chunks[b]), success[b]), steps, lr, rng)
     with torch.no_grad():
         scores = model.scorer(pooled, chunks)
     return {"scorer_auroc_train": auroc(scores[train_rows], success[train_rows]),

@@ -57,22 +57,42 @@ def _rollout(model: Any, env: Any, episodes: int, seed: int, noise_level: float)
     return calls, outcomes
 
 
+def _batches(calls: list[dict[str, Any]], size: int = 64) -> list[tuple[dict[str, Any], dict[str, Any], torch.Tensor, list[int]]]:
+    """Stored calls stacked into (obs, extras, old log-probs (B,), episode indices) batches of up to ``size``
+    rows; calls are grouped by prompt length (prompts are padded per call, so only equal lengths stack)."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for c in calls:
+        groups.setdefault(int(c["extras"]["prompt_ids"].shape[1]), []).append(c)
+    out = []
+    for group in groups.values():
+        for s in range(0, len(group), size):
+            part = group[s:s + size]
+            obs: dict[str, Any] = {k: torch.cat([c["obs"][k] for c in part]) for k, v in part[0]["obs"].items()
+                                   if isinstance(v, torch.Tensor)}
+            if part[0]["obs"].get("instruction") is not None:
+                obs["instruction"] = [t for c in part for t in c["obs"]["instruction"]]
+            extras = {k: torch.cat([c["extras"][k] for c in part]) for k in part[0]["extras"]}
+            out.append((obs, extras, torch.cat([c["log_prob"] for c in part]), [c["episode"] for c in part]))
+    return out
+
+
 def _update(model: Any, opt: torch.optim.Optimizer, calls: list[dict[str, Any]], adv: np.ndarray, epochs: int,
             clip: float, noise_level: float) -> dict[str, float]:
-    """Clipped surrogate over the steered calls (one call per step: their images differ in size-free ways)."""
+    """Clipped surrogate over the steered calls, the mean over calls of min(r A, clip(r) A); one Adam step
+    per epoch on the head (batched re-scoring, gradients accumulated over the batches)."""
     losses, fracs = [], []
+    batches = _batches(calls)
     for _ in range(epochs):
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        for c in calls:
-            obs = {k: v for k, v in c["obs"].items() if v is not None}
-            new = model.online_log_prob(obs, c["extras"], noise_level)
-            ratio = (new - c["log_prob"]).exp()
-            a = float(adv[c["episode"]])
+        for obs, extras, old, episode in batches:
+            new = model.online_log_prob(obs, extras, noise_level)
+            ratio = (new - old).exp()
+            a = torch.as_tensor(adv[episode], dtype=ratio.dtype)
             loss = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).sum() / len(calls)
             loss.backward()
             total += float(loss)
-            fracs.append(float(((ratio - 1).abs() > clip).float().mean()))
+            fracs.extend(((ratio - 1).abs() > clip).float().tolist())
         torch.nn.utils.clip_grad_norm_(model.head.parameters(), 1.0)
         opt.step()
         losses.append(total)
@@ -82,9 +102,10 @@ def _update(model: Any, opt: torch.optim.Optimizer, calls: list[dict[str, Any]],
 def train_online(checkpoint: str, steering_dir: str, out: str, iterations: int = 10, episodes: int = 8,
                  num_envs: int | None = None, seed: int = 20_000, lr: float = 1e-4, epochs: int = 2,
                  clip: float = 0.2, noise_level: float = 0.5, overrides: list[str] | None = None,
-                 tau: float | None = None) -> dict[str, Any]:
+                 tau: float | None = None, beta: float | None = None) -> dict[str, Any]:
     """Fine-tune the head of ``steering_dir`` online for ``iterations`` x ``episodes`` episodes; save to ``out``
-    (``tau``: the tau gate's threshold instead of the fitted one)."""
+    (``tau``: the tau gate's threshold instead of the fitted one; ``beta``: the steering scale, saved with
+    the head)."""
     from robo_rl.runners.steer import _check_counts, _env_cfg, _json_safe, _save_steering, load_steered
 
     _check_counts("steer online", iterations=iterations, episodes=episodes, seed=seed, epochs=epochs)
@@ -92,12 +113,14 @@ def train_online(checkpoint: str, steering_dir: str, out: str, iterations: int =
         raise ConfigError(f"steer online --lr {lr} --clip {clip} --noise-level {noise_level}: each must be > 0")
     if tau is not None and not 0.0 <= tau <= 1.0:
         raise ConfigError(f"steer online --tau {tau}: a probability in [0, 1]")
+    if beta is not None and not (beta > 0 and np.isfinite(beta)):
+        raise ConfigError(f"steer online --beta {beta}: the steering scale must be a finite number > 0")
     target = Path(out)
     try:
         check_replaceable(target, lambda p: (p / "steering.json").is_file(), "steering directory")
     except CheckpointError as err:
         raise ConfigError(f"steer online --out: {err}") from None
-    model = load_steered(checkpoint, steering_dir, tau)
+    model = load_steered(checkpoint, steering_dir, tau, beta)
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.head.parameters(), lr=lr)
     env = build_env(_env_cfg(checkpoint, overrides or [], num_envs))

@@ -9,6 +9,7 @@ the failure predictor have trainable parameters; the base stays frozen.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -79,6 +80,9 @@ class SteeredPi0Policy(nn.Module):
         self._latched = torch.zeros(0, dtype=torch.bool)
         self.rows_seen = 0  # env rows acted for, and how many of them were steered (g = 1)
         self.rows_steered = 0
+        self.monitor = False  # True: the gate runs and is recorded, the actions stay the base's (steer eval --mode off)
+        self._max_exc = torch.zeros(0, dtype=torch.float64)  # per env: the conformal score's largest band excursion
+        self.episode_excursion: list[list[float]] = []  # per env, for each ended episode (conformal gate only)
 
     def gate(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(g (B,) bool, p_fail (B,)) from the pooled prefix (the conformal gate also advances each env's
@@ -93,10 +97,12 @@ class SteeredPi0Policy(nn.Module):
         if self._calls.shape[0] != b:
             self.reset()
             self._score_sum, self._calls = torch.zeros(b, dtype=torch.float64), torch.zeros(b, dtype=torch.long)
-            self._latched = torch.zeros(b, dtype=torch.bool)
+            self._latched, self._max_exc = torch.zeros(b, dtype=torch.bool), torch.full((b,), -math.inf, dtype=torch.float64)
+            self.episode_excursion = [[] for _ in range(b)]
         self._score_sum += logits.detach().double().cpu()
         running = (self._score_sum / (self._calls + 1)).numpy()
         fired = torch.from_numpy(self.bands.fires(running, self._calls.numpy()))
+        self._max_exc = torch.maximum(self._max_exc, torch.from_numpy(self.bands.excursion(running, self._calls.numpy())))
         self._calls += 1
         self._latched |= fired
         return self._latched.clone().to(p.device), p
@@ -110,12 +116,14 @@ class SteeredPi0Policy(nn.Module):
         shape = (b, arch.chunk_size, arch.max_action_dim)
         x = torch.zeros(shape, device=state.device) if deterministic else torch.randn(shape, device=state.device)
         g, p_fail = self.gate(pre.pooled)
-        self.rows_seen += b
-        self.rows_steered += int(g.sum())
         if self._opened.shape[0] != b:
             self._opened = torch.zeros(b, dtype=torch.bool)
             self.episode_steered = [[] for _ in range(b)]
-        self._opened |= g.cpu()
+        self._opened |= g.cpu()  # monitored too: where the gate would have opened
+        if self.monitor:
+            g = torch.zeros_like(g)
+        self.rows_seen += b
+        self.rows_steered += int(g.sum())
         x = self._denoise(pre, state, x, g)
         if self.samples > 1 and bool(g.any()):
             x = self._best_of(pre, state, x, g)
@@ -211,12 +219,17 @@ class SteeredPi0Policy(nn.Module):
         if env_ids is None:
             self._score_sum, self._calls = torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
             self._latched, self._opened = torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.bool)
-            self.episode_steered = []
+            self._max_exc = torch.zeros(0, dtype=torch.float64)
+            self.episode_steered, self.episode_excursion = [], []
             return
         ids = torch.as_tensor(env_ids, dtype=torch.long)
         for i in ids.tolist():
             if i < len(self.episode_steered):
                 self.episode_steered[i].append(bool(self._opened[i]))
                 self._opened[i] = False
+        for i in ids.tolist():
+            if i < len(self.episode_excursion) and i < self._max_exc.shape[0]:
+                self.episode_excursion[i].append(float(self._max_exc[i]))
         if self._calls.numel() and ids.numel():
             self._score_sum[ids], self._calls[ids], self._latched[ids] = 0.0, 0, False
+            self._max_exc[ids] = -math.inf

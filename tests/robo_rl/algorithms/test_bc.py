@@ -253,6 +253,11 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert fitted["conformal"]["calibration_episodes"] >= 3 and 0.0 <= fitted["gate_test"]["false_alarm_rate"] <= 1.0
     proc = run_cli("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2")
     assert proc.returncode == 0 and json.loads(proc.stdout)["gate"] == "conformal", proc.stderr[-3000:]
+    proc = run_cli("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2",
+                   "--mode", "off")  # the base alone, the conformal gate watched
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    off = json.loads(proc.stdout)
+    assert off["steered_fraction"] == 0.0 and len(sum(off["gate_monitor"]["episode_excursion"], [])) == 2
     # online RL^2: the conformal-gated head fine-tuned in the env; only the head's weights change
     from safetensors.torch import load_file
 

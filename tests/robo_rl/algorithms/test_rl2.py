@@ -328,6 +328,38 @@ def test_conformal_gate_latches_per_env_until_its_episode_resets_and_closed_is_t
         SteeringConfig(gate="bogus")
 
 
+def test_monitored_gate_records_where_it_would_open_and_leaves_the_base_alone():
+    from robo_rl.algorithms.conformal import ConformalBands
+    from robo_rl.runners.steer import _gate_monitor
+
+    torch.manual_seed(0)
+    base = Pi0Policy(Pi0PolicyConfig(exec_steps=3, sampler="ode"), OBS_SPEC, ACT)
+    s = SteeredPi0Policy(base, SteeringConfig(beta=1.0, gate="conformal"))
+    for p in s.head.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    obs = _obs()
+    with torch.no_grad():
+        logits = s.fail(s.base.prefix(obs)[0].pooled)
+        want = base.act(obs, deterministic=True).actions
+    thr0 = float(logits.median())
+    s.bands = ConformalBands(0.1, 1, (thr0,), (2.0,), 0.0, 9)
+    s.monitor = True
+    with torch.no_grad():
+        out = s.act(obs, deterministic=True)
+    assert torch.equal(out.actions, want) and not out.extras["steered"].any() and s.rows_steered == 0
+    s.reset(np.arange(len(logits)))
+    opened = [e[0] for e in s.episode_steered]
+    assert opened == [float(v) > thr0 for v in logits] and any(opened) and not all(opened)
+    exc = [e[0] for e in s.episode_excursion]
+    assert exc == pytest.approx([(float(v) - thr0) / 2.0 for v in logits])  # opened <=> excursion > lam (0)
+    success = [[not o] for o in opened[:-1]] + [[opened[-1]]]  # one false alarm at most (the last env)
+    mon = _gate_monitor(success, s.episode_steered, s.episode_excursion)
+    n_succ = sum(ok for (ok,) in success)
+    alarms = sum(1 for (ok,), o in zip(success, opened) if ok and o)
+    assert mon["successful_episodes"] == n_succ and mon["false_alarm_rate"] == pytest.approx(alarms / n_succ)
+    assert mon["episode_excursion"] == [[x] for x in exc]
+
+
 def test_best_of_n_picks_the_scorers_favourite_only_where_the_gate_is_open():
     s = _steered(tau=0.5)
     obs = _obs()
@@ -375,3 +407,27 @@ def test_online_log_probs_reach_only_the_head_and_only_through_gated_rows():
     assert any(q.grad is not None and float(q.grad.abs().sum()) > 0 for q in s.head.parameters())
     others = [q for m in (s.base, s.fail, s.scorer) for q in m.parameters()]
     assert all(q.grad is None for q in others)
+    # steer online re-scores its stored calls in batches: the same log-probs as one call at a time
+    from robo_rl.runners.steer_online import _batches
+
+    calls = [{"obs": {"rgb": obs["rgb"][i:i + 1], "state": obs["state"][i:i + 1], "instruction": [obs["instruction"][i]]},
+              "extras": {k: v[i:i + 1] for k, v in out.extras.items()}, "log_prob": out.log_prob[i:i + 1], "episode": i}
+             for i in range(len(g))]
+    batches = _batches(calls, size=3)
+    assert [len(b[3]) for b in batches] == [3, 1] and [e for b in batches for e in b[3]] == list(range(len(g)))
+    with torch.no_grad():
+        batched = torch.cat([s.online_log_prob(o, x) for o, x, _, _ in batches])
+        single = torch.cat([s.online_log_prob(c["obs"], c["extras"]) for c in calls])
+    torch.testing.assert_close(batched, single, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.cat([b[2] for b in batches]), out.log_prob)
+
+
+@pytest.mark.parametrize("kwargs,match", [({"beta": 0.0}, "--beta 0.0"), ({"beta": float("inf")}, "--beta inf"),
+                                          ({"tau": 1.5}, "--tau 1.5"), ({"lr": -1.0}, "--lr -1.0")])
+def test_steer_online_bad_arguments_are_one_line_before_loading(tmp_path, kwargs, match):
+    from robo_rl.errors import ConfigError
+    from robo_rl.runners.steer_online import train_online
+
+    with pytest.raises(ConfigError, match=match):  # the checkpoint does not exist: nothing was loaded
+        train_online(str(tmp_path / "none"), str(tmp_path / "none"), str(tmp_path / "out"), **kwargs)
+    assert not (tmp_path / "out").exists()
