@@ -296,9 +296,9 @@ def test_action_exploration_holds_an_offset_per_episode_or_redraws_it_per_call()
     assert torch.equal(ActionExploration(np.zeros(2), 3, "call", 0).perturb(torch.ones(3, 2)), torch.ones(3, 2))
 
 
-def test_conformal_gate_latches_per_env_until_its_episode_resets_and_closed_is_the_base():
-    from robo_rl.algorithms.conformal import ConformalBands
-
+def _conformal_steered() -> tuple:
+    """A conformal-gated steered policy with a non-zero head, a batch of observations, the failure logits
+    on it and the frozen base's deterministic actions."""
     torch.manual_seed(0)
     base = Pi0Policy(Pi0PolicyConfig(exec_steps=3, sampler="ode"), OBS_SPEC, ACT)
     s = SteeredPi0Policy(base, SteeringConfig(beta=1.0, gate="conformal"))
@@ -306,8 +306,13 @@ def test_conformal_gate_latches_per_env_until_its_episode_resets_and_closed_is_t
         torch.nn.init.normal_(p, std=0.5)
     obs = _obs()
     with torch.no_grad():
-        logits = s.fail(s.base.prefix(obs)[0].pooled)
-        want = base.act(obs, deterministic=True).actions
+        return s, obs, s.fail(s.base.prefix(obs)[0].pooled), base.act(obs, deterministic=True).actions
+
+
+def test_conformal_gate_latches_per_env_until_its_episode_resets_and_closed_is_the_base():
+    from robo_rl.algorithms.conformal import ConformalBands
+
+    s, obs, logits, want = _conformal_steered()
     # a band that env 0's score crosses at its first call only (t = 0 bin), the others never
     thr0 = float(logits[0]) - 1e-4
     s.bands = ConformalBands(0.1, 1, (thr0, 1e9), (1.0, 1.0), 0.0, 9)
@@ -332,15 +337,7 @@ def test_monitored_gate_records_where_it_would_open_and_leaves_the_base_alone():
     from robo_rl.algorithms.conformal import ConformalBands
     from robo_rl.runners.steer import _gate_monitor
 
-    torch.manual_seed(0)
-    base = Pi0Policy(Pi0PolicyConfig(exec_steps=3, sampler="ode"), OBS_SPEC, ACT)
-    s = SteeredPi0Policy(base, SteeringConfig(beta=1.0, gate="conformal"))
-    for p in s.head.parameters():
-        torch.nn.init.normal_(p, std=0.5)
-    obs = _obs()
-    with torch.no_grad():
-        logits = s.fail(s.base.prefix(obs)[0].pooled)
-        want = base.act(obs, deterministic=True).actions
+    s, obs, logits, want = _conformal_steered()
     thr0 = float(logits.median())
     s.bands = ConformalBands(0.1, 1, (thr0,), (2.0,), 0.0, 9)
     s.monitor = True
