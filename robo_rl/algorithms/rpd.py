@@ -60,6 +60,7 @@ class RPD(PPO):
         super().__init__(cfg, policy, generator)
         self.teacher: Any = None
         self.lam = cfg.lambda_
+        self._student_shape: tuple[int, ...] | None = None
 
     def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
         """Use ``teacher`` (a Policy); its action shape must be the student's."""
@@ -76,12 +77,30 @@ class RPD(PPO):
         elif self.cfg.anneal == "cosine":
             self.lam = self.cfg.lambda_ * 0.5 * (1.0 + math.cos(math.pi * f))
 
+    @staticmethod
+    def teacher_targets(teacher_actions: torch.Tensor, student_shape: tuple[int, ...]) -> torch.Tensor:
+        """The teacher's actions as targets of the student's (B, *student_shape): the same shape as is, or
+        from a chunking teacher (B, H, A) for a one-step student (A,) the first action of the chunk the
+        teacher plans at this state (what it would execute now). Anything else is a one-line error."""
+        if tuple(teacher_actions.shape[1:]) == tuple(student_shape):
+            return teacher_actions
+        if teacher_actions.ndim == len(student_shape) + 2 and tuple(teacher_actions.shape[2:]) == tuple(student_shape):
+            return teacher_actions[:, 0]
+        raise ConfigError(f"the teacher acts in shape {tuple(teacher_actions.shape[1:])} per state but the student in "
+                          f"{tuple(student_shape)}; RPD needs the same actions, or a chunking teacher of a one-step "
+                          "student (its chunk's first action is the target)")
+
     def distance(self, obs: dict[str, Any], teacher_actions: torch.Tensor) -> torch.Tensor:
         """Mean distance of the student from the teacher's actions (B, ...) on ``obs``."""
         if self.cfg.distance == "nll":
-            log_prob, _, _ = self.policy.evaluate(obs, self.policy.extras_for_actions(obs, teacher_actions))
+            if self._student_shape is None:  # what the student emits per state: one action or a chunk
+                with torch.no_grad():
+                    self._student_shape = tuple(self.policy.act({k: v[:1] for k, v in obs.items()}, deterministic=True).actions.shape[1:])
+            target = self.teacher_targets(teacher_actions, self._student_shape)
+            log_prob, _, _ = self.policy.evaluate(obs, self.policy.extras_for_actions(obs, target))
             return -log_prob.mean()
         student = self.policy.act(obs, deterministic=True).actions
+        teacher_actions = self.teacher_targets(teacher_actions, tuple(student.shape[1:]))
         if torch.is_grad_enabled() and not student.requires_grad:
             raise ConfigError(f"config key 'algo.distance' = {self.cfg.distance!r} needs actions that are differentiable "
                               f"in the weights, but {type(self.policy).__name__} decodes discrete action tokens (the "

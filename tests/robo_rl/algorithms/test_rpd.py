@@ -141,3 +141,31 @@ def test_lambda_anneals_linearly_or_with_a_cosine():
             assert algo.lam == pytest.approx(1.0 + math.cos(math.pi / 4))  # 2 * (1 + cos(pi/4)) / 2
         algo.set_progress(1.0)
         assert algo.lam == pytest.approx(end)
+
+
+class ChunkTeacher:
+    """A teacher that plans chunks (B, H, A): step k of every chunk is ``k * step``."""
+
+    def __init__(self, horizon, step):
+        self.horizon, self.step = horizon, torch.tensor(step)
+
+    def act(self, obs, deterministic=False):
+        from robo_rl.contracts import PolicyOutput
+
+        k = torch.arange(self.horizon, dtype=torch.float32)[None, :, None]
+        return PolicyOutput(actions=(k * self.step).expand(obs["state"].shape[0], -1, -1).clone() + 0.25)
+
+
+@pytest.mark.parametrize("distance", ["mse", "nll"])
+def test_a_chunking_teacher_guides_a_one_step_student_with_its_first_action(distance):
+    algo = RPD(RPDConfig(teacher="unused", lambda_=1.0, distance=distance), _mlp(0))
+    teacher = ChunkTeacher(4, [0.5, -0.5])
+    algo.set_teacher(teacher, (2,), (2,))
+    obs = _batch().obs
+    want = algo.distance(obs, torch.full((64, 2), 0.25))  # the chunk's first action: k = 0
+    got = algo.distance(obs, teacher.act(obs).actions)
+    assert float(got) == pytest.approx(float(want))
+    loss, stats = algo.extra_loss(_batch())
+    assert float(stats["teacher_distance"]) == pytest.approx(float(want), rel=1e-5)
+    with pytest.raises(ConfigError, match=r"teacher acts in shape \(4, 3\) per state but the student in \(2,\)"):
+        algo.distance(obs, torch.zeros(64, 4, 3))
