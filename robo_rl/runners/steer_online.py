@@ -91,7 +91,7 @@ def _update(model: Any, opt: torch.optim.Optimizer, calls: list[dict[str, Any]],
             a = torch.as_tensor(adv[episode], dtype=ratio.dtype)
             loss = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).sum() / len(calls)
             loss.backward()
-            total += float(loss)
+            total += float(loss.detach())
             fracs.extend(((ratio - 1).abs() > clip).float().tolist())
         torch.nn.utils.clip_grad_norm_(model.head.parameters(), 1.0)
         opt.step()
