@@ -29,7 +29,7 @@ from robo_rl.build import build_env, load_run, policy_from_checkpoint, with_num_
 from robo_rl.contracts import Steerable
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.files import atomic_path, check_replaceable, output_problem, replace_dir
-from robo_rl.runners.steer_gate import fit_on_features
+from robo_rl.runners.steer_gate import fit_on_features, gate_monitor
 from robo_rl.runners.steer_logs import base_fingerprint, check_log_base, check_log_fits, load_logs
 
 log = logging.getLogger(__name__)
@@ -484,19 +484,5 @@ def evaluate(checkpoint: str, steering_dir: str, episodes: int, mode: str = "gat
            **_by_gate(res.episode_success, model.episode_steered), "tau": model.cfg.tau, "beta": model.cfg.beta,
            "steered_fraction": model.rows_steered / max(1, model.rows_seen), **res.as_dict()}
     if mode == "off":
-        out["gate_monitor"] = _gate_monitor(res.episode_success, model.episode_steered, model.episode_excursion)
+        out["gate_monitor"] = gate_monitor(res.episode_success, model.episode_steered, model.episode_excursion)
     return out
-
-
-def _gate_monitor(success: list[list[bool]], opened: list[list[bool]], excursion: list[list[float]]) -> dict[str, Any]:
-    """The fitted gate watched on the base's own episodes (``--mode off``): the realized false-alarm rate
-    (opened in an episode that succeeded), the detection rate (opened in one that failed) and, for the
-    conformal gate, each episode's largest band excursion per env (a band of the same shape with lam L
-    fires in exactly the episodes whose excursion exceeds L)."""
-    pairs = [(bool(ok), bool(op)) for ok_env, op_env in zip(success, opened) for ok, op in zip(ok_env, op_env)]
-    succ = [op for ok, op in pairs if ok]
-    fail = [op for ok, op in pairs if not ok]
-    return {"false_alarm_rate": (sum(succ) / len(succ)) if succ else None, "successful_episodes": len(succ),
-            "detection_rate": (sum(fail) / len(fail)) if fail else None, "failed_episodes": len(fail),
-            "episode_excursion": [[float(x) for x in env[: len(ok_env)]] for ok_env, env in zip(success, excursion)]
-            if any(excursion) else None}

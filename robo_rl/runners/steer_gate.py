@@ -1,7 +1,8 @@
 """The gate and the verifier of `robo-rl steer fit`: the conformal failure gate (``--gate conformal``: held-out
 episodes split into a calibration half, the band's offset, and a test half, where the realized false-alarm
 rate, detection rate and lead time are reported; ``robo_rl.algorithms.conformal`` has the math) and the
-chunk scorer that picks the best of N composed samples at test time."""
+chunk scorer that picks the best of N composed samples at test time; and the gate monitor of `steer eval
+--mode off` (the fitted gate watched on the base's own episodes)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,17 @@ def fit_scorer(model: Any, data: dict[str, np.ndarray], pooled: torch.Tensor, tr
         scores = model.scorer(pooled, chunks)
     return {"scorer_auroc_train": auroc(scores[train_rows], success[train_rows]),
             "scorer_auroc_val": auroc(scores[val_rows], success[val_rows]) if len(val_rows) else float("nan")}
+
+
+def gate_monitor(success: list[list[bool]], opened: list[list[bool]], excursion: list[list[float]]) -> dict[str, Any]:
+    """The fitted gate watched on the base's own episodes (``--mode off``): the realized false-alarm rate
+    (opened in an episode that succeeded), the detection rate (opened in one that failed) and, for the
+    conformal gate, each episode's largest band excursion per env (a band of the same shape with lam L
+    fires in exactly the episodes whose excursion exceeds L)."""
+    pairs = [(bool(ok), bool(op)) for ok_env, op_env in zip(success, opened) for ok, op in zip(ok_env, op_env)]
+    succ = [op for ok, op in pairs if ok]
+    fail = [op for ok, op in pairs if not ok]
+    return {"false_alarm_rate": (sum(succ) / len(succ)) if succ else None, "successful_episodes": len(succ),
+            "detection_rate": (sum(fail) / len(fail)) if fail else None, "failed_episodes": len(fail),
+            "episode_excursion": [[float(x) for x in env[: len(ok_env)]] for ok_env, env in zip(success, excursion)]
+            if any(excursion) else None}

@@ -335,7 +335,7 @@ def test_conformal_gate_latches_per_env_until_its_episode_resets_and_closed_is_t
 
 def test_monitored_gate_records_where_it_would_open_and_leaves_the_base_alone():
     from robo_rl.algorithms.conformal import ConformalBands
-    from robo_rl.runners.steer import _gate_monitor
+    from robo_rl.runners.steer_gate import gate_monitor
 
     s, obs, logits, want = _conformal_steered()
     thr0 = float(logits.median())
@@ -350,7 +350,7 @@ def test_monitored_gate_records_where_it_would_open_and_leaves_the_base_alone():
     exc = [e[0] for e in s.episode_excursion]
     assert exc == pytest.approx([(float(v) - thr0) / 2.0 for v in logits])  # opened <=> excursion > lam (0)
     success = [[not o] for o in opened[:-1]] + [[opened[-1]]]  # one false alarm at most (the last env)
-    mon = _gate_monitor(success, s.episode_steered, s.episode_excursion)
+    mon = gate_monitor(success, s.episode_steered, s.episode_excursion)
     n_succ = sum(ok for (ok,) in success)
     alarms = sum(1 for (ok,), o in zip(success, opened) if ok and o)
     assert mon["successful_episodes"] == n_succ and mon["false_alarm_rate"] == pytest.approx(alarms / n_succ)
