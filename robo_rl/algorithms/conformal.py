@@ -72,11 +72,6 @@ class ConformalBands:
     lam: float
     calibration_episodes: int
 
-    def threshold(self, t: np.ndarray) -> np.ndarray:
-        """(N,) the band at call indices ``t`` (N,)."""
-        b = np.minimum(np.asarray(t) // self.bin_calls, len(self.center) - 1)
-        return np.asarray(self.center)[b] + self.lam * np.asarray(self.scale)[b]
-
     def excursion(self, scores: np.ndarray, t: np.ndarray) -> np.ndarray:
         """(N,) (S_t - center[b(t)]) / scale[b(t)]: the gate fires where this exceeds ``lam``, so an episode's
         largest excursion says whether a band of any other ``lam`` (same center and scale) would have fired."""
@@ -84,8 +79,8 @@ class ConformalBands:
         return (np.asarray(scores) - np.asarray(self.center)[b]) / np.asarray(self.scale)[b]
 
     def fires(self, scores: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """(N,) bool: the running score is above the band."""
-        return np.asarray(scores) > self.threshold(t)
+        """(N,) bool: the running score is above the band (its excursion above ``lam``)."""
+        return self.excursion(scores, t) > self.lam
 
     def to_dict(self) -> dict[str, object]:
         return {"alpha": self.alpha, "bin_calls": self.bin_calls, "center": list(self.center),

@@ -101,8 +101,9 @@ class SteeredPi0Policy(nn.Module):
             self.episode_excursion = [[] for _ in range(b)]
         self._score_sum += logits.detach().double().cpu()
         running = (self._score_sum / (self._calls + 1)).numpy()
-        fired = torch.from_numpy(self.bands.fires(running, self._calls.numpy()))
-        self._max_exc = torch.maximum(self._max_exc, torch.from_numpy(self.bands.excursion(running, self._calls.numpy())))
+        exc = torch.from_numpy(self.bands.excursion(running, self._calls.numpy()))
+        fired = exc > self.bands.lam
+        self._max_exc = torch.maximum(self._max_exc, exc)
         self._calls += 1
         self._latched |= fired
         return self._latched.clone().to(p.device), p
