@@ -178,10 +178,12 @@ def cmd_curves(args: argparse.Namespace) -> int:
     """Seed groups of runs compared: binned mean/min/max of a metric, a band plot, the final evaluations."""
     from pathlib import Path
 
-    from robo_rl.eval.plots import curve_groups
+    from robo_rl.eval.plots import curve_groups, first_reach
 
     if args.bin < 1:
         raise RoboRLError(f"--bin {args.bin} must be >= 1 (env steps per bin)")
+    if args.window < 1:
+        raise RoboRLError(f"--window {args.window} must be >= 1 (logged rows averaged for --reach)")
     groups: dict[str, list[Path]] = {}
     finals: dict[str, list[float]] = {}
     for spec in args.group:
@@ -218,5 +220,10 @@ def cmd_curves(args: argparse.Namespace) -> int:
         fin = finals.get(label)
         print(f"{label}: mean over the curve {auc:.3f}" + (f"; final evaluations {', '.join(f'{f:.2f}' for f in fin)} "
                                                           f"(mean {sum(fin) / len(fin):.3f})" if fin else ""))
+    if args.reach is not None:
+        for label, paths in groups.items():
+            hits = [first_reach(p, args.metric, args.reach, args.window) for p in paths]
+            cells = [f"{h[0]:.0f} steps / {h[1]:.1f} min" if h else "not reached" for h in hits]
+            print(f"{label}: first reaches {args.reach:g} (mean of {args.window} rows) at {'; '.join(cells)}")
     print(f"plot: {args.out}")
     return 0

@@ -269,6 +269,10 @@ def _add_curves(sub: argparse._SubParsersAction) -> None:
     cv.add_argument("--group", action="append", required=True, help="LABEL=RUN_DIR[,RUN_DIR...] (repeat per group)")
     cv.add_argument("--metric", default="train/success_rate")
     cv.add_argument("--bin", type=int, default=10_000, help="env steps per bin")
+    cv.add_argument("--reach", type=float, default=None, metavar="VALUE",
+                    help="also print when each run first reaches VALUE (e.g. 0.9 x a teacher's success): env steps "
+                         "and wall-clock minutes, the metric averaged over the last --window logged rows")
+    cv.add_argument("--window", type=int, default=3, help="rows averaged for --reach (default 3)")
     cv.add_argument("--out", default="curves.png")
     cv.set_defaults(fn=cmd_curves)
 
@@ -276,7 +280,8 @@ def _add_curves(sub: argparse._SubParsersAction) -> None:
 def _add_compare(sub: argparse._SubParsersAction) -> None:
     cp = sub.add_parser("compare", help="paired success difference of two evaluations on the same starts "
                                         "(JSON from 'eval' / 'steer eval' with the same seeds and --num-envs)")
-    cp.add_argument("--a", nargs="+", required=True, help="evaluation JSON file(s) of policy A (several: concatenated)")
+    cp.add_argument("--a", nargs="+", required=True, help="evaluation JSON file(s) of policy A (several: concatenated), "
+                    "or run directories (their final evaluation)")
     cp.add_argument("--b", nargs="+", required=True, help="the matching file(s) of policy B, in the same order")
     cp.set_defaults(fn=cmd_compare)
 

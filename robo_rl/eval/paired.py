@@ -52,15 +52,20 @@ def benchmark_outcomes(path: str, d: dict[str, Any]) -> list[list[int]]:
 
 
 def load_outcomes(paths: list[str]) -> tuple[np.ndarray, list[tuple[int, ...]], np.ndarray | None]:
-    """Concatenated outcomes (N,) of evaluation JSON files, each file's per-env episode counts, and the
-    episodes' offset tags (N,) bool when every file has them (a mixed split), else None."""
+    """Concatenated outcomes (N,) of evaluation JSON files (or run directories / their summary.json:
+    the final evaluation of ``robo-rl train``), each file's per-env episode counts, and the episodes'
+    offset tags (N,) bool when every file has them (a mixed split), else None."""
     out, layouts, tags = [], [], []
     for p in paths:
+        if Path(p).is_dir():  # a run directory: its training run's final evaluation
+            p = str(Path(p) / "summary.json")
         try:
             d = json.loads(Path(p).read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise RoboRLError(f"{p}: not a readable evaluation JSON ({err}); pass files written by 'robo-rl eval' "
-                              "or 'robo-rl steer eval'") from None
+                              "or 'robo-rl steer eval', or a run directory with a final evaluation") from None
+        if isinstance(d, dict) and isinstance(d.get("final_eval"), dict):
+            d = d["final_eval"]
         per_env = d.get("episode_success") if isinstance(d, dict) else None
         if not per_env and isinstance(d, dict) and "schema" in d and "tasks" in d:
             per_env = benchmark_outcomes(p, d)

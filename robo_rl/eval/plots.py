@@ -125,37 +125,72 @@ def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
             w.append_data(np.asarray(f, dtype=np.uint8))
 
 
+def _read_curve(path: Path, metric: str) -> list[tuple[float, float, float]]:
+    """(env steps, wall-clock minutes or nan, value) of every row of ``path`` that has ``metric``."""
+    out = []
+    for r in csv.DictReader(open(path)):
+        if r.get(metric) not in (None, ""):
+            wall = r.get("wall_time")
+            out.append((float(r["env_steps"]), float(wall) / 60 if wall not in (None, "") else float("nan"),
+                        float(r[metric])))
+    return out
+
+
+def first_reach(path: Path, metric: str, target: float, window: int = 3) -> tuple[float, float] | None:
+    """The first (env steps, wall-clock minutes) at which the mean of ``metric`` over the last
+    ``window`` logged rows of ``path`` (a metrics.csv) is >= ``target``; None if it never is. The
+    window smooths per-iteration rollout success (a few episodes per row)."""
+    rows = _read_curve(path, metric)
+    for k in range(len(rows)):
+        last = rows[max(0, k - window + 1):k + 1]
+        if len(last) == min(window, len(rows)) and sum(v for *_, v in last) / len(last) >= target:
+            return rows[k][0], rows[k][1]
+    return None
+
+
 def curve_groups(groups: dict[str, list[Path]], out_png: Path, metric: str = "train/success_rate",
                  bin_steps: int = 10_000) -> dict[str, list[tuple[int, float, float, float]]]:
-    """Several seeds per label (label -> metrics.csv files): ``metric`` binned every ``bin_steps`` env
-    steps (last value in each bin per seed), drawn as the seed mean with a min-max band. Returns
-    label -> [(bin end, mean, min, max)] over the bins every seed reached."""
+    """Several seeds per label (label -> metrics.csv files) in one figure of two panels: ``metric``
+    against env steps, binned every ``bin_steps`` (last value in each bin per seed) and drawn as the
+    seed mean with a min-max band; and against wall-clock minutes (each seed's logged rows, the
+    label's colour). Returns label -> [(bin end, mean, min, max)] over the bins every seed reached."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     table: dict[str, list[tuple[int, float, float, float]]] = {}
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (ax, ax_t) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for label, paths in groups.items():
+        curves = [_read_curve(p, metric) for p in paths]
         per_seed: list[dict[int, float]] = []
-        for path in paths:
+        for rows in curves:
             bins: dict[int, float] = {}
-            for r in csv.DictReader(open(path)):
-                if r.get(metric) not in (None, ""):
-                    bins[-(-int(float(r["env_steps"])) // bin_steps) * bin_steps] = float(r[metric])
+            for steps, _, v in rows:
+                bins[-(-int(steps) // bin_steps) * bin_steps] = v
             per_seed.append(bins)
         common = sorted(set.intersection(*(set(b) for b in per_seed))) if per_seed else []
-        rows = []
+        table[label] = []
         for x in common:
             ys = [b[x] for b in per_seed]
-            rows.append((x, sum(ys) / len(ys), min(ys), max(ys)))
-        table[label] = rows
-        if rows:
-            xs, mean, lo, hi = zip(*rows)
+            table[label].append((x, sum(ys) / len(ys), min(ys), max(ys)))
+        color = None
+        if table[label]:
+            xs, mean, lo, hi = zip(*table[label])
             line, = ax.plot(xs, mean, "o-", ms=3, label=f"{label} (n={len(paths)})")
-            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
+            color = line.get_color()
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.2)
+        for j, rows in enumerate(curves):
+            timed = [(t, v) for _, t, v in rows if t == t]
+            if timed:
+                t, v = zip(*timed)
+                ln, = ax_t.plot(t, v, "-", lw=1, color=color, alpha=0.8, label=label if j == 0 else None)
+                color = ln.get_color()
     ax.set_xlabel("env steps")
     ax.set_ylabel(f"{metric} (mean, min-max over seeds)")
+    ax_t.set_xlabel("wall-clock minutes")
+    ax_t.grid(alpha=0.3)
+    if ax_t.lines:
+        ax_t.legend(loc="lower right", fontsize=8)
     _finish_steps_plot(fig, ax, metric, out_png)
     return table

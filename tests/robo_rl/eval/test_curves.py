@@ -53,3 +53,20 @@ def test_curves_and_eval_argument_errors_are_one_line(tmp_path):
         proc = run_cli(*argv)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-1500:]
     assert not (tmp_path / "c.png").exists()
+
+
+def test_first_reach_smooths_and_reports_steps_and_minutes(tmp_path):
+    """--reach: the first row where the mean of the last `window` rows is >= the target, with its wall time."""
+    from robo_rl.eval.plots import first_reach
+
+    p = tmp_path / "m.csv"
+    p.write_text("iteration,env_steps,wall_time,train/success_rate\n"
+                 "1,1000,60,0.0\n2,2000,120,1.0\n3,3000,180,0.5\n4,4000,240,1.0\n5,5000,300,1.0\n")
+    assert first_reach(p, "train/success_rate", 1.0, window=1) == (2000, 2.0)
+    # window 3: means 0.5 (rows 1-3), 0.833 (2-4), 0.833 (3-5)
+    assert first_reach(p, "train/success_rate", 0.8, window=3) == (4000, 4.0)
+    assert first_reach(p, "train/success_rate", 0.9, window=3) is None
+    _run(tmp_path / "s0", [(10000, 0.5), (20000, 1.0)])
+    proc = run_cli("curves", "--group", f"a={tmp_path / 's0'}", "--reach", "0.9", "--window", "1",
+                   "--out", str(tmp_path / "c.png"))
+    assert proc.returncode == 0 and "a: first reaches 0.9 (mean of 1 rows) at 20000 steps / nan min" in proc.stdout

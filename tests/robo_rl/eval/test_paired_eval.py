@@ -148,3 +148,22 @@ def test_episode_starts_do_not_depend_on_the_actions(need_maniskill):
     for x, y in zip(f0, f1):
         np.testing.assert_allclose(x, y, atol=1e-5)
     assert not np.allclose(f0[1], f0[2])  # and successive episodes do differ
+
+
+def test_compare_reads_a_training_runs_final_evaluation(tmp_path):
+    """A run directory (or its summary.json) stands for its final evaluation; one without any is refused."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"run": "x", "final_eval": {"success_rate": 0.75,
+                                                                            "episode_success": [[1, 1], [1, 0]]}}))
+    b = _write(tmp_path / "b.json", [[0, 1], [1, 0]])
+    for a in (str(run), str(run / "summary.json")):
+        r = compare([a], [b], reps=200)
+        assert r["a"]["success_rate"] == pytest.approx(0.75) and r["paired"]["a_only"] == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "summary.json").write_text(json.dumps({"run": "y"}))
+    with pytest.raises(RoboRLError, match="no 'episode_success'"):
+        compare([str(empty)], [b])
+    with pytest.raises(RoboRLError, match="run directory with a final evaluation"):
+        compare([str(tmp_path / "missing")], [b])
