@@ -4,7 +4,7 @@ advantages and returns the algorithm's estimator computed)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -14,7 +14,9 @@ class RolloutBatch:
     """A flat batch of N = T*B transitions (all tensors lead with N).
 
     obs: dict of (N, ...) tensors; extras: what ``Policy.evaluate`` needs, (N, ...);
-    log_prob, values, advantages, returns: (N,).
+    log_prob, values, advantages, returns: (N,); aux: (N, ...) tensors an algorithm attaches for its own
+    loss terms (e.g. RPD's teacher actions, computed once per batch), indexed with the rest and never
+    handed to the policy.
     """
 
     obs: dict[str, torch.Tensor]
@@ -23,6 +25,7 @@ class RolloutBatch:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    aux: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -30,7 +33,8 @@ class RolloutBatch:
 
     def index(self, idx: torch.Tensor) -> RolloutBatch:
         return RolloutBatch({k: v[idx] for k, v in self.obs.items()}, {k: v[idx] for k, v in self.extras.items()},
-                            self.log_prob[idx], self.values[idx], self.advantages[idx], self.returns[idx])
+                            self.log_prob[idx], self.values[idx], self.advantages[idx], self.returns[idx],
+                            {k: v[idx] for k, v in self.aux.items()})
 
     def shards(self, n: int) -> list[RolloutBatch]:
         """``n`` contiguous shards of equal size N // n (data-parallel learners must all take the same
@@ -43,7 +47,7 @@ class RolloutBatch:
     def to(self, device: torch.device | str) -> RolloutBatch:
         return RolloutBatch({k: v.to(device) for k, v in self.obs.items()}, {k: v.to(device) for k, v in self.extras.items()},
                             self.log_prob.to(device), self.values.to(device), self.advantages.to(device),
-                            self.returns.to(device))
+                            self.returns.to(device), {k: v.to(device) for k, v in self.aux.items()})
 
 
 @dataclass

@@ -3,6 +3,7 @@ entropy bonus, grad-norm clipping, epochs x minibatches, target-KL early stop)."
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -158,7 +159,7 @@ class PPO(OptimizerState):
             for start in range(0, batch.size, mb_size):
                 mb = batch.index(torch.arange(start, min(batch.size, start + mb_size)))
                 parts.append(self.calls("evaluate", mb.obs, mb.extras)[0].detach())
-        return RolloutBatch(batch.obs, batch.extras, torch.cat(parts), batch.values, batch.advantages, batch.returns)
+        return dataclasses.replace(batch, log_prob=torch.cat(parts))
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
@@ -173,9 +174,8 @@ class PPO(OptimizerState):
         warmup = self.updates < cfg.critic_warmup_iters
         huber = cfg.huber_delta if cfg.value_loss == "huber" else None
         if cfg.norm_adv and cfg.norm_adv_scope == "batch" and n > 1:
-            batch = RolloutBatch(batch.obs, batch.extras, batch.log_prob, batch.values,
-                                 (batch.advantages - batch.advantages.mean()) / (batch.advantages.std() + 1e-8),
-                                 batch.returns)
+            batch = dataclasses.replace(
+                batch, advantages=(batch.advantages - batch.advantages.mean()) / (batch.advantages.std() + 1e-8))
         for _ in range(cfg.epochs):
             perm = torch.randperm(n, generator=self.generator)
             epochs_run += 1

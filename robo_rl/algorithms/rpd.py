@@ -14,6 +14,7 @@ it over with ``set_teacher`` (this file does no I/O).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -108,12 +109,28 @@ class RPD(PPO):
         diff = student - teacher_actions.to(student.dtype)
         return (diff**2).mean() if self.cfg.distance == "mse" else diff.abs().mean()
 
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """PPO's update, with the teacher's actions on the batch's states computed once (in minibatch-sized
+        pieces) and attached as ``aux``, not once per epoch and minibatch: a VLA teacher's forward pass
+        costs more than the student's whole update."""
+        if self.lam != 0.0 and "teacher_actions" not in batch.aux:
+            if self.teacher is None:
+                raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
+            step = max(1, batch.size // self.cfg.minibatches)
+            with torch.no_grad():
+                parts = [self.teacher.act({k: v[i:i + step] for k, v in batch.obs.items()}, deterministic=True).actions
+                         for i in range(0, batch.size, step)]
+            batch = dataclasses.replace(batch, aux=batch.aux | {"teacher_actions": torch.cat(parts)})
+        return super().update(batch)
+
     def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         if self.lam == 0.0:
             return None, {}
-        if self.teacher is None:
-            raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
-        with torch.no_grad():
-            teacher_actions = self.teacher.act(mb.obs, deterministic=True).actions
+        teacher_actions = mb.aux.get("teacher_actions")
+        if teacher_actions is None:
+            if self.teacher is None:
+                raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
+            with torch.no_grad():
+                teacher_actions = self.teacher.act(mb.obs, deterministic=True).actions
         d = self.distance(mb.obs, teacher_actions)
         return self.lam * d, {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}

@@ -169,3 +169,44 @@ def test_a_chunking_teacher_guides_a_one_step_student_with_its_first_action(dist
     assert float(stats["teacher_distance"]) == pytest.approx(float(want), rel=1e-5)
     with pytest.raises(ConfigError, match=r"teacher acts in shape \(4, 3\) per state but the student in \(2,\)"):
         algo.distance(obs, torch.zeros(64, 4, 3))
+
+
+class StateTeacher:
+    """A deterministic teacher whose action depends on the state, counting its calls and states seen."""
+
+    def __init__(self):
+        self.calls, self.states = 0, 0
+
+    def act(self, obs, deterministic=False):
+        from robo_rl.contracts import PolicyOutput
+
+        self.calls += 1
+        self.states += obs["state"].shape[0]
+        return PolicyOutput(actions=torch.tanh(obs["state"][:, :2] - obs["state"][:, 2:]))
+
+
+def test_the_teacher_acts_once_per_state_per_update_with_the_same_result():
+    """The teacher's actions are computed once per batch (not per epoch x minibatch); the update equals
+    the one that asks the teacher on every minibatch."""
+    common = {"epochs": 3, "minibatches": 4, "target_kl": None, "lambda_": 0.7}
+    a, b = _mlp(0), _mlp(0)
+    cached = RPD(RPDConfig(teacher="unused", **common), a, generator=torch.Generator().manual_seed(1))
+    teacher = StateTeacher()
+    cached.set_teacher(teacher, (2,), (2,))
+    cached.update(_batch())
+    assert teacher.states == 64 and teacher.calls == 4  # in minibatch-sized pieces
+    per_mb = RPD(RPDConfig(teacher="unused", **common), b, generator=torch.Generator().manual_seed(1))
+    slow = StateTeacher()
+    per_mb.set_teacher(slow, (2,), (2,))
+    per_mb.extra_loss(_batch().index(torch.arange(4)))  # the uncached path still works for a bare minibatch
+    assert slow.calls == 1
+    torch.manual_seed(0)
+    original = RPD.update
+    try:  # the per-minibatch reference: skip the batch-level cache
+        RPD.update = lambda self, batch: super(RPD, self).update(batch)
+        per_mb.update(_batch())
+    finally:
+        RPD.update = original
+    assert slow.calls == 1 + 3 * 4
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(pa, pb, atol=1e-6), name
