@@ -262,12 +262,6 @@ class Trainer:
             self.algo = RayLearners(cfg, self._ray.ray, self.policy, env.obs_spec, env.action_spec)
         else:
             self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
-        if isinstance(self.algo, TeacherGuided):  # teacher-guided algorithms (RPD, OPD) get their teacher here
-            from robo_rl.build import policy_from_checkpoint
-
-            teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
-            self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
-            log.info("teacher policy from %s", cfg.algo.teacher)
         if isinstance(self.algo, GroupRollouts):  # GRPO: n episodes per initial state, in this process
             if self._ray is not None:
                 raise ConfigError(f"algo.name={cfg.algo.name!r} collects group rollouts in the trainer's process; "
@@ -286,6 +280,14 @@ class Trainer:
                 atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         elif rc.init_from:
             load_policy_weights(self.policy, rc.init_from)
+        # teacher-guided algorithms (RPD, OPD) get their teacher once the student's weights and buffers are
+        # in: OPD compares the two token spaces (a pi0's includes its action normalization)
+        if isinstance(self.algo, TeacherGuided):
+            from robo_rl.build import policy_from_checkpoint
+
+            teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
+            self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
+            log.info("teacher policy from %s", cfg.algo.teacher)
         return source
 
     def _loop(self, source: Any, metrics: MetricsLogger) -> str:

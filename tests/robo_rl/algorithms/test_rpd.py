@@ -210,3 +210,39 @@ def test_the_teacher_acts_once_per_state_per_update_with_the_same_result():
     assert slow.calls == 1 + 3 * 4
     for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
         assert torch.allclose(pa, pb, atol=1e-6), name
+
+
+@pytest.mark.parametrize("algo", ["opd", "rpd"])
+def test_the_teacher_meets_the_student_with_its_init_from_weights(tmp_path, monkeypatch, algo, fake_env):
+    """The runner hands the teacher over after ``run.init_from`` loaded the student: OPD compares the two
+    token spaces (a pi0's includes its action normalization, a buffer of the checkpoint), so the student
+    must not be the freshly built policy then."""
+    from robo_rl.algorithms.opd import OPD
+    from robo_rl.config import from_dict
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.train import train
+
+    def cfg(name, algo_cfg, init_from=None):
+        return from_dict(TrainConfig, {
+            "env": {"name": fake_env, "num_envs": 2, "max_episode_steps": 5},
+            "policy": {"name": "mlp", "hidden": [16]}, "algo": algo_cfg,
+            "run": {"total_env_steps": 40, "rollout_steps": 10, "eval_every_steps": 0, "final_eval_episodes": 0,
+                    "video": False, "progress": False, "tensorboard": False, "out_dir": str(tmp_path), "name": name,
+                    "init_from": init_from}})
+
+    train(cfg("teacher", {"name": "ppo", "minibatches": 2}))
+    seen = {}
+    cls = OPD if algo == "opd" else RPD
+    original = cls.set_teacher
+
+    def spy(self, teacher, *shapes):
+        seen["student"] = {k: v.clone() for k, v in self.policy.state_dict().items()}
+        seen["teacher"] = {k: v.clone() for k, v in teacher.state_dict().items()}
+        return original(self, teacher, *shapes)
+
+    monkeypatch.setattr(cls, "set_teacher", spy)
+    teacher_dir = str(tmp_path / "teacher")
+    train(cfg("student", {"name": algo, "teacher": teacher_dir, "minibatches": 2}, init_from=teacher_dir))
+    assert seen["student"].keys() == seen["teacher"].keys()
+    for k, v in seen["teacher"].items():
+        assert torch.equal(seen["student"][k], v), k
