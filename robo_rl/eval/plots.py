@@ -43,6 +43,23 @@ def check_video_path(path: str | Path) -> Path:
     return p
 
 
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a run's metrics.csv."""
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _curve_points(rows: list[dict[str, str]], metric: str) -> list[tuple[float, float, float]]:
+    """(env steps, wall-clock minutes or nan, value) of every row that has ``metric``."""
+    out = []
+    for r in rows:
+        if r.get(metric) not in (None, ""):
+            wall = r.get("wall_time")
+            out.append((float(r["env_steps"]), float(wall) / 60 if wall not in (None, "") else float("nan"),
+                        float(r[metric])))
+    return out
+
+
 def learning_curve(metrics_csv: Path, out_png: Path) -> None:
     """Plot success rate (train and eval) against wall-clock minutes and env steps."""
     import matplotlib
@@ -50,19 +67,15 @@ def learning_curve(metrics_csv: Path, out_png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = list(csv.DictReader(open(metrics_csv)))
+    rows = _read_rows(metrics_csv)
     if not rows:
         return
-
-    def col(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pts = [(float(r["wall_time"]) / 60, float(r["env_steps"]), float(r[name])) for r in rows if r.get(name) not in (None, "")]
-        arr = np.asarray(pts) if pts else np.zeros((0, 3))
-        return arr[:, 0], arr[:, 1], arr[:, 2]
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for key, label, style in (("train/success_rate", "train (last 40 episodes)", "-"),
                               ("eval/success_rate", "eval (deterministic)", "o-")):
-        minutes, steps, vals = col(key)
+        pts = _curve_points(rows, key)
+        steps, minutes, vals = (np.asarray(c) for c in zip(*pts)) if pts else (np.zeros(0),) * 3
         axes[0].plot(minutes, vals, style, label=label, ms=3)
         axes[1].plot(steps, vals, style, label=label, ms=3)
     axes[0].set_xlabel("wall-clock (min)")
@@ -99,10 +112,9 @@ def compare_curves(runs: dict[str, Path], out_png: Path, reference: tuple[str, f
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, path in runs.items():
-        pts = [(float(r["env_steps"]), float(r[metric])) for r in csv.DictReader(open(path))
-               if r.get(metric) not in (None, "")]
+        pts = _curve_points(_read_rows(path), metric)
         if pts:
-            x, y = zip(*pts)
+            x, _, y = zip(*pts)
             ax.plot(x, y, "o-" if metric.startswith("eval/") else "-", ms=3, label=label)
     if reference is not None:
         ax.axhline(reference[1], ls="--", c="k", lw=1, label=reference[0])
@@ -125,22 +137,11 @@ def write_video(frames: list[np.ndarray], path: Path, fps: int = 20) -> None:
             w.append_data(np.asarray(f, dtype=np.uint8))
 
 
-def _read_curve(path: Path, metric: str) -> list[tuple[float, float, float]]:
-    """(env steps, wall-clock minutes or nan, value) of every row of ``path`` that has ``metric``."""
-    out = []
-    for r in csv.DictReader(open(path)):
-        if r.get(metric) not in (None, ""):
-            wall = r.get("wall_time")
-            out.append((float(r["env_steps"]), float(wall) / 60 if wall not in (None, "") else float("nan"),
-                        float(r[metric])))
-    return out
-
-
 def first_reach(path: Path, metric: str, target: float, window: int = 3) -> tuple[float, float] | None:
     """The first (env steps, wall-clock minutes) at which the mean of ``metric`` over the last
     ``window`` logged rows of ``path`` (a metrics.csv) is >= ``target``; None if it never is. The
     window smooths per-iteration rollout success (a few episodes per row)."""
-    rows = _read_curve(path, metric)
+    rows = _curve_points(_read_rows(path), metric)
     for k in range(len(rows)):
         last = rows[max(0, k - window + 1):k + 1]
         if len(last) == min(window, len(rows)) and sum(v for *_, v in last) / len(last) >= target:
@@ -162,7 +163,7 @@ def curve_groups(groups: dict[str, list[Path]], out_png: Path, metric: str = "tr
     table: dict[str, list[tuple[int, float, float, float]]] = {}
     fig, (ax, ax_t) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for label, paths in groups.items():
-        curves = [_read_curve(p, metric) for p in paths]
+        curves = [_curve_points(_read_rows(p), metric) for p in paths]
         per_seed: list[dict[int, float]] = []
         for rows in curves:
             bins: dict[int, float] = {}
