@@ -114,23 +114,24 @@ class RPD(PPO):
         pieces) and attached as ``aux``, not once per epoch and minibatch: a VLA teacher's forward pass
         costs more than the student's whole update."""
         if self.lam != 0.0 and "teacher_actions" not in batch.aux:
-            if self.teacher is None:
-                raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
             step = max(1, batch.size // self.cfg.minibatches)
-            with torch.no_grad():
-                parts = [self.teacher.act({k: v[i:i + step] for k, v in batch.obs.items()}, deterministic=True).actions
-                         for i in range(0, batch.size, step)]
+            parts = [self._teacher_actions({k: v[i:i + step] for k, v in batch.obs.items()})
+                     for i in range(0, batch.size, step)]
             batch = dataclasses.replace(batch, aux=batch.aux | {"teacher_actions": torch.cat(parts)})
         return super().update(batch)
+
+    @torch.no_grad()
+    def _teacher_actions(self, obs: dict[str, Any]) -> torch.Tensor:
+        """The teacher's greedy actions (B, ...) on ``obs``."""
+        if self.teacher is None:
+            raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
+        return self.teacher.act(obs, deterministic=True).actions
 
     def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         if self.lam == 0.0:
             return None, {}
         teacher_actions = mb.aux.get("teacher_actions")
-        if teacher_actions is None:
-            if self.teacher is None:
-                raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
-            with torch.no_grad():
-                teacher_actions = self.teacher.act(mb.obs, deterministic=True).actions
+        if teacher_actions is None:  # a minibatch from outside ``update``
+            teacher_actions = self._teacher_actions(mb.obs)
         d = self.distance(mb.obs, teacher_actions)
         return self.lam * d, {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
