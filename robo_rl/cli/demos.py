@@ -17,6 +17,8 @@ def cmd_demos(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise RoboRLError(f"--episodes {args.episodes} must be >= 1")
+    if args.frame_every < 1:
+        raise RoboRLError(f"--frame-every {args.frame_every} must be >= 1 (1: a frame at every step)")
     attempts, successes = [0], [0]
     from rich.console import Console
 
@@ -48,13 +50,15 @@ def cmd_demos(args: argparse.Namespace) -> int:
                                   "expert's rgb + state episodes in one process: drop them")
             eps = list(libero_generate(suite, int(idx or 0), args.episodes, seed=args.seed, image_size=args.image_size,
                                        only_success=args.only_success, on_episode=on_episode,
-                                       fast_render=args.fast_render, init_states=args.init_states))
+                                       fast_render=args.fast_render, init_states=args.init_states,
+                                       frame_every=args.frame_every))
             meta = {"env": "libero", "task": args.task, "control_mode": "OSC_POSE delta + gripper", "obs_mode": "rgb",
                     "image_size": args.image_size, "fast_render": args.fast_render, "init_states": args.init_states,
+                    "frame_every": args.frame_every,
                     "source": "scripted pick-and-place expert (privileged object poses)"}
         else:
-            if args.fast_render or args.init_states != "sampled":
-                raise RoboRLError("--fast-render and --init-states apply to --sim libero only; drop them")
+            if args.fast_render or args.init_states != "sampled" or args.frame_every != 1:
+                raise RoboRLError("--fast-render, --init-states and --frame-every apply to --sim libero only; drop them")
             from sims.maniskill.experts import KINDS, generate
 
             eps = list(generate(args.task, args.episodes, seed=args.seed, obs_mode=args.obs_mode,

@@ -128,6 +128,9 @@ def _add_demos(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--init-states", choices=["sampled", "official"], default="sampled",
                    help="LIBERO: fresh layouts from the task's placement regions (default: demonstrations apart "
                         "from the evaluation states) or the official evaluation init states")
+    g.add_argument("--frame-every", type=int, default=1, metavar="K",
+                   help="LIBERO: render and record the cameras at every K-th step only (state and actions at every "
+                        "step; SFT trains on the recorded frames): ~K x fewer renders, the cost of a LIBERO demo")
     g.set_defaults(fn=cmd_demos)
     c = dsub.add_parser("convert", help="convert a demos file's actions to another control mode (exact, or "
                                         "an error), or rosbag2 recordings (deploy --record, ros2 bag record) "

@@ -5,7 +5,11 @@ Layout (format ``robo-rl-episodes`` version 1)::
     /                       attrs: format, version, meta (JSON: env, task, control_mode, source, ...)
     /episode_000000/        attrs: instruction (str), seed (int, -1 if none), success (bool, at the end)
         obs/state           (T+1, D) float32   observation before each action, plus the final one
-        obs/rgb             (T+1, V, H, W, 3) uint8 (optional; gzip-compressed)
+        obs/rgb             (T+1, V, H, W, 3) uint8 (optional; gzip-compressed), or (F, V, H, W, 3) with frame_steps
+        frame_steps         (F,) int64 (optional) the steps 0..T, ascending, whose images obs/rgb holds; without
+                            it every step has its image. Images cost most of a rendered episode's time and a
+                            chunked policy looks at one frame per chunk, so recording every k-th frame buys
+                            k times fewer renders per step (``robo-rl demos generate --frame-every``).
         actions             (T, A) float32     in the env's control mode (meta.control_mode)
         rewards             (T,) float32
         success             (T,) bool          the env's success flag after each action
@@ -49,6 +53,20 @@ class Episode:
     instruction: str = ""
     seed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    frame_steps: np.ndarray | None = None
+    """(F,) int64 steps (ascending, within 0..T) whose images ``obs['rgb']`` holds (F rows); None: every step."""
+
+    def image_rows(self) -> np.ndarray:
+        """(R,) the steps 0..T-1 that have every observation (a training row each: an action follows)."""
+        if self.frame_steps is None or "rgb" not in self.obs:
+            return np.arange(self.length)
+        return self.frame_steps[self.frame_steps < self.length]
+
+    def obs_at(self, key: str, steps: np.ndarray) -> np.ndarray:
+        """``obs[key]`` at ``steps`` (R,), which must be in ``image_rows()`` for the images."""
+        if key == "rgb" and self.frame_steps is not None:
+            return self.obs[key][np.searchsorted(self.frame_steps, steps)]
+        return self.obs[key][steps]
 
     @property
     def length(self) -> int:
@@ -69,7 +87,7 @@ def write_episodes(path: str | Path, episodes: list[Episode], meta: dict[str, An
     path = Path(path)
     shapes: dict[str, tuple[int, ...]] = {}
     for n, ep in enumerate(episodes):
-        _check_episode(ep.obs, ep.actions, ep.rewards, ep.success, f"episode {n} for '{path}'", shapes)
+        _check_episode(ep.obs, ep.actions, ep.rewards, ep.success, f"episode {n} for '{path}'", shapes, ep.frame_steps)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
@@ -86,26 +104,38 @@ def write_episodes(path: str | Path, episodes: list[Episode], meta: dict[str, An
             g.create_dataset("actions", data=ep.actions.astype(np.float32))
             g.create_dataset("rewards", data=ep.rewards.astype(np.float32))
             g.create_dataset("success", data=ep.success.astype(bool))
+            if ep.frame_steps is not None:
+                g.create_dataset("frame_steps", data=np.asarray(ep.frame_steps, np.int64))
     return path
 
 
 def _check_episode(obs: dict[str, np.ndarray], actions: np.ndarray, rewards: np.ndarray, success: np.ndarray,
-                   where: str, shapes: dict[str, tuple[int, ...]]) -> None:
-    """One episode's shapes: actions (T, A), obs/state (T+1, D), obs/rgb (T+1, V, H, W, 3), every obs
-    entry T+1 steps, rewards/success (T,); A and the obs shapes past the time axis equal those in
-    ``shapes`` (filled from the first episode checked)."""
+                   where: str, shapes: dict[str, tuple[int, ...]], frame_steps: np.ndarray | None = None) -> None:
+    """One episode's shapes: actions (T, A), obs/state (T+1, D), obs/rgb (T+1, V, H, W, 3) (or one row per
+    ``frame_steps`` entry: ascending steps within 0..T), every other obs entry T+1 steps, rewards/success
+    (T,); A and the obs shapes past the time axis equal those in ``shapes`` (filled from the first episode
+    checked)."""
     if actions.ndim != 2:
         raise DatasetError(f"{where}: actions must be (T, A), got shape {actions.shape}")
     t = actions.shape[0]
     if not obs:
         raise DatasetError(f"{where}: obs has no entries; expected obs/state and/or obs/rgb")
     ranks = {"state": 2, "rgb": 5}
+    if frame_steps is not None:
+        f = np.asarray(frame_steps)
+        if "rgb" not in obs:
+            raise DatasetError(f"{where}: frame_steps names the steps of obs/rgb, but the episode has no obs/rgb")
+        if f.ndim != 1 or not np.issubdtype(f.dtype, np.integer) or (f.size and (f[0] < 0 or f[-1] > t)) \
+                or np.any(np.diff(f) <= 0):
+            raise DatasetError(f"{where}: frame_steps must be ascending integer steps within 0..{t}, got {f.tolist()[:8]}")
     for k, v in obs.items():
         if v.ndim < 1 or (k in ranks and v.ndim != ranks[k]):
             want = "(T+1, D)" if k == "state" else "(T+1, V, H, W, 3)" if k == "rgb" else "(T+1, ...)"
             raise DatasetError(f"{where}: obs/{k} must be {want}, got shape {v.shape}")
-        if v.shape[0] != t + 1:
-            raise DatasetError(f"{where}: obs/{k} has {v.shape[0]} steps, expected T+1 = {t + 1}")
+        steps = t + 1 if k != "rgb" or frame_steps is None else len(frame_steps)
+        if v.shape[0] != steps:
+            want = f"T+1 = {t + 1}" if steps == t + 1 else f"one per frame_steps entry = {steps}"
+            raise DatasetError(f"{where}: obs/{k} has {v.shape[0]} steps, expected {want}")
     if rewards.shape != (t,) or success.shape != (t,):
         raise DatasetError(f"{where}: rewards/success must be ({t},), got {rewards.shape} and {success.shape}")
     mine = {"actions": actions.shape[1:], **{f"obs/{k}": v.shape[1:] for k, v in obs.items()}}
@@ -163,9 +193,11 @@ def _episode(g: Any, name: str, path: Path, shapes: dict[str, tuple[int, ...]]) 
     actions = np.asarray(g["actions"], np.float32)
     obs = {k: np.asarray(v) for k, v in g["obs"].items()}
     rewards, success = np.asarray(g["rewards"], np.float32), np.asarray(g["success"], bool)
-    _check_episode(obs, actions, rewards, success, where, shapes)
+    frames = np.asarray(g["frame_steps"]) if "frame_steps" in g else None
+    _check_episode(obs, actions, rewards, success, where, shapes, frames)
     seed = int(g.attrs.get("seed", -1))
-    return Episode(obs, actions, rewards, success, str(g.attrs.get("instruction", "")), None if seed < 0 else seed)
+    return Episode(obs, actions, rewards, success, str(g.attrs.get("instruction", "")), None if seed < 0 else seed,
+                   frame_steps=None if frames is None else frames.astype(np.int64))
 
 
 def load_episodes(path: str | Path) -> Iterator[Episode]:

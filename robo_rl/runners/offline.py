@@ -99,17 +99,19 @@ def _check_pooled(paths: list[str], metas: list[dict[str, Any]]) -> None:
 
 
 def flatten(eps: list[Any], obs_keys: list[str], horizon: int = 1) -> DemoArrays:
-    """One row per demonstrated step; with ``horizon`` H > 1 the row's target is the chunk of the
-    next H actions (zero-padded past the episode's end, where ``valid`` is False)."""
-    obs = {k: np.concatenate([ep.obs[k][:-1] for ep in eps]) for k in obs_keys}
-    instruction = [ep.instruction for ep in eps for _ in range(ep.length)]
+    """One row per demonstrated step that has every observation (all steps, or the recorded frames of an
+    episode with ``frame_steps``); with ``horizon`` H > 1 the row's target is the chunk of the next H actions
+    (zero-padded past the episode's end, where ``valid`` is False)."""
+    rows = [ep.image_rows() if "rgb" in obs_keys else np.arange(ep.length) for ep in eps]
+    obs = {k: np.concatenate([ep.obs_at(k, r) for ep, r in zip(eps, rows)]) for k in obs_keys}
+    instruction = [ep.instruction for ep, r in zip(eps, rows) for _ in range(len(r))]
     if horizon <= 1:
-        return DemoArrays(obs, np.concatenate([ep.actions for ep in eps]).astype(np.float32), instruction)
+        return DemoArrays(obs, np.concatenate([ep.actions[r] for ep, r in zip(eps, rows)]).astype(np.float32), instruction)
     chunks, valid = [], []
-    for ep in eps:
+    for ep, r in zip(eps, rows):
         t, a = ep.length, ep.actions.astype(np.float32)
         padded = np.concatenate([a, np.zeros((horizon, a.shape[1]), np.float32)])
-        idx = np.arange(t)[:, None] + np.arange(horizon)[None]
+        idx = r[:, None] + np.arange(horizon)[None]
         chunks.append(padded[idx])
         valid.append(idx < t)
     return DemoArrays(obs, np.concatenate(chunks), instruction, np.concatenate(valid))

@@ -184,7 +184,7 @@ def _half_size(m: object, g: int) -> np.ndarray:
 
 def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_size: int = 128,
              only_success: bool = False, max_attempts: int | None = None, fast_render: bool = False,
-             init_states: str = "official",
+             init_states: str = "official", frame_every: int = 1,
              on_episode: Callable[[Episode, bool], None] | None = None) -> Iterator[Episode]:
     """Yield scripted-expert episodes, init states seed, seed+1, ... (official LIBERO init states).
 
@@ -192,7 +192,11 @@ def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_si
     3 x ``episodes``); ``on_episode(ep, kept)`` is called after every attempt (progress reporting).
     ``init_states`` official: the evaluation init states; sampled: fresh layouts (demonstrations apart from
     the states a policy is evaluated on). ``fast_render`` records the cheaper images of ``LiberoConfig.fast_render`` (train and evaluate the same way).
+    ``frame_every`` k > 1 renders the cameras at steps 0, k, 2k, ... only (``Episode.frame_steps``; the other
+    steps run blind, state only: the expert needs no images), the frames equal to rendering every step.
     """
+    if frame_every < 1:
+        raise ValueError(f"frame_every must be >= 1; got {frame_every}")
     limit = max_attempts or (episodes * 3 if only_success else episodes)
     env = LiberoSingleEnv(LiberoConfig(suite=suite, image_size=image_size, fast_render=fast_render,
                                        init_states=init_states), task_index)
@@ -203,18 +207,26 @@ def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_si
                 return
             obs = env.reset(seed=seed + k)
             expert = PickPlaceExpert(env)
-            seq, actions, rewards, success = [obs], [], [], []
+            states, frames, frame_steps = [obs["state"]], [obs["rgb"]], [0]
+            actions, rewards, success = [], [], []
             done = False
             while not done:
-                a = expert.act(obs["state"])
-                obs, r, term, trunc, info = env.step(a)
-                seq.append(obs)
+                a = expert.act(states[-1])
+                if (len(actions) + 1) % frame_every == 0:
+                    obs, r, term, trunc, info = env.step(a)
+                    frames.append(obs["rgb"])
+                    frame_steps.append(len(actions) + 1)
+                    states.append(obs["state"])
+                else:
+                    r, term, trunc, info = env.step_blind(a)
+                    states.append(env.state_now())
                 actions.append(a)
                 rewards.append(r)
                 success.append(info["success"])
                 done = term or trunc
-            ep = Episode({k2: np.stack([o[k2] for o in seq]) for k2 in ("rgb", "state")}, np.stack(actions),
-                         np.asarray(rewards, np.float32), np.asarray(success, bool), env.task.instruction, seed + k)
+            ep = Episode({"rgb": np.stack(frames), "state": np.stack(states)}, np.stack(actions),
+                         np.asarray(rewards, np.float32), np.asarray(success, bool), env.task.instruction, seed + k,
+                         frame_steps=None if frame_every == 1 else np.asarray(frame_steps, np.int64))
             keep = ep.succeeded or not only_success
             if on_episode is not None:
                 on_episode(ep, keep)

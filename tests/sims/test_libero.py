@@ -269,3 +269,25 @@ def test_scripted_expert_grasps_from_the_objects_geometry(need_libero, task):
     suite, _, idx = task.partition("/")
     episodes, successes, _ = SUPPORT.expert_block(LiberoConfig(suite=suite, task_ids=(int(idx),), image_size=32), 1, 0)
     assert (episodes, successes) == (1, 1)
+
+
+def test_demos_with_a_frame_every_k_steps_equal_every_frame_at_those_steps(need_libero):
+    """`--frame-every 4`: the expert's episode (actions, states, rewards) is the one it records rendering every
+    step, and the frames kept are those of steps 0, 4, 8, ... bit for bit; SFT rows are exactly those steps."""
+    from robo_rl.runners.offline import flatten
+    from sims.libero.experts import generate
+
+    kw = dict(seed=5, image_size=32, fast_render=True, init_states="sampled")
+    every = next(generate("libero_spatial", 0, 1, **kw))
+    sparse = next(generate("libero_spatial", 0, 1, frame_every=4, **kw))
+    np.testing.assert_array_equal(sparse.actions, every.actions)
+    np.testing.assert_array_equal(sparse.obs["state"], every.obs["state"])
+    np.testing.assert_array_equal(sparse.rewards, every.rewards)
+    assert sparse.succeeded == every.succeeded
+    steps = np.arange(0, every.length + 1, 4)
+    np.testing.assert_array_equal(sparse.frame_steps, steps)
+    np.testing.assert_array_equal(sparse.obs["rgb"], every.obs["rgb"][steps])
+    rows = flatten([sparse], ["rgb", "state"], horizon=8)
+    kept = steps[steps < every.length]
+    np.testing.assert_array_equal(rows.obs["rgb"], every.obs["rgb"][kept])
+    np.testing.assert_array_equal(rows.actions[:, 0], every.actions[kept])

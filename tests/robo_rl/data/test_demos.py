@@ -35,6 +35,50 @@ def test_roundtrip(tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))
 
 
+def _sparse_episode(t=9, every=4, seed=3):
+    full = _episode(t, seed)
+    steps = np.arange(0, t + 1, every)
+    return full, Episode({"state": full.obs["state"], "rgb": full.obs["rgb"][steps]}, full.actions, full.rewards,
+                         full.success, full.instruction, full.seed, frame_steps=steps)
+
+
+def test_episodes_with_every_kth_frame_roundtrip_and_train_on_their_frames(tmp_path):
+    """Images recorded at steps 0, 4, 8 of a 9-step episode: the file keeps them with their steps; SFT rows are
+    those three steps (each has an action after it), each with its own chunk target."""
+    from robo_rl.runners.offline import flatten
+
+    full, sparse = _sparse_episode()
+    path = write_episodes(tmp_path / "d.h5", [sparse, _episode(4, 5)], {"task": "X"})
+    back = list(load_episodes(path))
+    np.testing.assert_array_equal(back[0].frame_steps, [0, 4, 8])
+    np.testing.assert_array_equal(back[0].obs["rgb"], full.obs["rgb"][[0, 4, 8]])
+    assert back[1].frame_steps is None
+    rows = flatten([back[0], back[1]], ["rgb", "state"], horizon=3)
+    assert len(rows.instruction) == 3 + 4
+    np.testing.assert_array_equal(rows.obs["rgb"][:3], full.obs["rgb"][[0, 4, 8]])
+    np.testing.assert_array_equal(rows.obs["state"][:3], full.obs["state"][[0, 4, 8]])
+    np.testing.assert_array_equal(rows.actions[1], full.actions[4:7])
+    np.testing.assert_array_equal(rows.valid[2], [True, False, False])  # step 8 of 9: one action left
+    state_rows = flatten([back[0]], ["state"], horizon=1)  # a state-only policy trains on every step
+    assert len(state_rows.instruction) == 9
+
+
+@pytest.mark.parametrize("steps, msg", [([0, 4, 4], "ascending integer steps within 0..9"),
+                                        ([0, 4, 10], "ascending integer steps within 0..9"),
+                                        ([0, 4], r"obs/rgb has 3 steps, expected one per frame_steps entry = 2")])
+def test_bad_frame_steps_are_one_line_errors(tmp_path, steps, msg):
+    _, sparse = _sparse_episode()
+    path = write_episodes(tmp_path / "d.h5", [sparse], {})
+    with h5py.File(path, "a") as f:
+        del f["episode_000000/frame_steps"]
+        f.create_dataset("episode_000000/frame_steps", data=np.asarray(steps))
+    with pytest.raises(DatasetError, match=msg):
+        list(load_episodes(path))
+    sparse.frame_steps = np.asarray(steps)
+    with pytest.raises(DatasetError, match=msg):  # nothing unreadable is written
+        write_episodes(tmp_path / "e.h5", [sparse], {})
+
+
 def test_malformed_files_are_one_line_errors(tmp_path):
     with pytest.raises(DatasetError, match="does not exist"):
         list(load_episodes(tmp_path / "nope.h5"))
