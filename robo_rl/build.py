@@ -12,7 +12,7 @@ import torch
 
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.contracts import ArraySpec
-from robo_rl.errors import CheckpointError, RoboRLError
+from robo_rl.errors import CheckpointError, ConfigError, RoboRLError
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,6 @@ def load_run(path: str | Path) -> LoadedRun:
     """The checkpoint a run directory (its latest) or a ``checkpoints/step_*`` directory names, with its
     config parsed; one-line errors for a missing path, a bad meta.json or an unusable config."""
     from robo_rl.config import from_dict
-    from robo_rl.errors import ConfigError
     from robo_rl.run_config import TrainConfig
 
     ckpt = ckpt_io.resolve(path)
@@ -70,13 +69,23 @@ def load_run(path: str | Path) -> LoadedRun:
     return LoadedRun(ckpt, meta, cfg, *ckpt_io.specs_from_meta(meta, ckpt))
 
 
-def policy_from_checkpoint(path: str | LoadedRun) -> tuple[Any, dict[str, ArraySpec], ArraySpec]:
+def policy_from_checkpoint(path: str | LoadedRun, settings: dict[str, Any] | None = None,
+                           settings_key: str = "algo.teacher_policy") -> tuple[Any, dict[str, ArraySpec], ArraySpec]:
     """(policy in eval mode, its obs spec, its action spec) from a run directory or checkpoint (or a run
     already loaded): the policy is rebuilt from the config and spaces the checkpoint recorded, then its
-    weights loaded."""
+    weights loaded. ``settings`` replace keys of the recorded ``policy`` section (inference settings such
+    as a sampler), checked as that section is; ``settings_key`` names them in errors."""
     run = path if isinstance(path, LoadedRun) else load_run(path)
-    check_model_size(run.config.policy, run.obs_spec, run.action_spec, f"checkpoint '{run.ckpt}'")
-    policy = build_policy(run.config.policy, run.obs_spec, run.action_spec)
+    policy_cfg = run.config.policy
+    if settings:
+        from robo_rl.config import from_dict, to_dict
+
+        if "name" in settings and settings["name"] != getattr(policy_cfg, "name", None):
+            raise ConfigError(f"config key '{settings_key}.name' = {settings['name']!r}: the checkpoint '{run.ckpt}' "
+                              f"holds a {getattr(policy_cfg, 'name', '?')!r} policy; drop 'name'")
+        policy_cfg = from_dict(type(policy_cfg), {**to_dict(policy_cfg), **settings}, prefix=settings_key)
+    check_model_size(policy_cfg, run.obs_spec, run.action_spec, f"checkpoint '{run.ckpt}'")
+    policy = build_policy(policy_cfg, run.obs_spec, run.action_spec)
     ckpt_io.load_into(policy, ckpt_io.load_model_state(run.ckpt), run.ckpt)
     return policy.eval(), run.obs_spec, run.action_spec
 

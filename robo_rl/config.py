@@ -169,6 +169,8 @@ def _type_name(tp: Any) -> str:
     if origin in (tuple, list):
         args = get_args(tp)
         return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return "mapping"
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
@@ -202,6 +204,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         item_tp = args[0] if args else Any
         items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"config key '{key}' = {value!r} has the wrong type; expected a mapping of names to values")
+        item_tp = get_args(tp)[1] if get_args(tp) else Any
+        return {k: _coerce(v, item_tp, f"{key}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, prefix=key)
     if tp is bool:

@@ -14,7 +14,7 @@ identical to its teacher is left unchanged. The runner loads the teacher (``set_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -35,6 +35,10 @@ class OPDConfig:
     """Registry name of the algorithm."""
     teacher: str = ""
     """Teacher policy: a robo-rl run directory or checkpoint (loaded by the runner)."""
+    teacher_policy: dict[str, Any] = field(default_factory=dict)
+    """Settings of the teacher's ``policy`` section that replace those its checkpoint recorded, e.g.
+    ``{sampler: noise}`` to score a Flow-SDE-trained pi0 teacher over Flow-Noise transitions like its
+    student's; checked by the teacher policy's own config (keys that change the weights' shapes fail to load)."""
     lr: float = ranged(1e-4, gt=0)
     """Adam learning rate. Range: > 0."""
     epochs: int = ranged(2, ge=1)

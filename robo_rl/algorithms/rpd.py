@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -35,6 +35,10 @@ class RPDConfig(PPOConfig):
     """Registry name of the algorithm."""
     teacher: str = ""
     """Teacher policy: a robo-rl run directory or checkpoint (loaded by the runner)."""
+    teacher_policy: dict[str, Any] = field(default_factory=dict)
+    """Settings of the teacher's ``policy`` section that replace those its checkpoint recorded, e.g.
+    ``{sampler: noise}`` to score a Flow-SDE-trained pi0 teacher over Flow-Noise transitions like its
+    student's; checked by the teacher policy's own config (keys that change the weights' shapes fail to load)."""
     lambda_: float = ranged(1.0, ge=0)
     """Weight of the distance term. Range: >= 0."""
     anneal: Literal["constant", "linear", "cosine"] = "constant"

@@ -136,7 +136,7 @@ class LearnerWorker:
         self.algo = build_algorithm(cfg.algo, self.policy, generator=torch.Generator().manual_seed(cfg.run.seed + 7919 * self.rank))
         self.algo.calls = DistributedCalls(self.module)
         if isinstance(self.algo, TeacherGuided):
-            teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
+            teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher, cfg.algo.teacher_policy)
             self.algo.set_teacher(teacher.to(self.device), self.specs[1].shape, teacher_actions.shape)
         if algo_state is not None:
             self.load_algo_state(algo_state)

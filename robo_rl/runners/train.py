@@ -285,7 +285,7 @@ class Trainer:
         if isinstance(self.algo, TeacherGuided):
             from robo_rl.build import policy_from_checkpoint
 
-            teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher)
+            teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher, cfg.algo.teacher_policy)
             self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
             log.info("teacher policy from %s", cfg.algo.teacher)
         return source

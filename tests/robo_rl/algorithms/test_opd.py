@@ -139,3 +139,44 @@ def test_reinforce_and_clipped_losses_agree_on_policy_and_differ_after_an_update
             grads[kind, shift] = new.grad
     torch.testing.assert_close(grads["clipped", 0.0], grads["reinforce", 0.0])  # the same gradient on-policy
     assert not torch.allclose(grads["clipped", 0.5], grads["reinforce", 0.5])
+
+
+def test_a_teacher_trained_with_flow_sde_scores_flow_noise_through_teacher_policy(tmp_path, fake_env):
+    """A pi0 teacher recorded with sampler=sde is refused by a Flow-Noise student (their transitions differ);
+    ``algo.teacher_policy: {sampler: noise}`` rebuilds it with the student's sampler and the run trains. Keys
+    the teacher's policy section does not have, or another policy name, are one-line errors."""
+    from robo_rl.config import from_dict
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.train import train
+
+    def cfg(name, policy, algo):
+        return from_dict(TrainConfig, {
+            "env": {"name": fake_env, "num_envs": 2, "max_episode_steps": 4, "image_size": 32},
+            "policy": {"name": "pi0", "arch": "tiny", "exec_steps": 2, **policy}, "algo": algo,
+            "run": {"total_env_steps": 8, "rollout_steps": 2, "eval_every_steps": 0, "final_eval_episodes": 0,
+                    "video": False, "progress": False, "tensorboard": False, "out_dir": str(tmp_path), "name": name}})
+
+    train(cfg("teacher", {"sampler": "sde"}, {"name": "ppo", "minibatches": 1, "epochs": 1}))
+    teacher = str(tmp_path / "teacher")
+    opd = {"name": "opd", "teacher": teacher, "minibatches": 1, "epochs": 1}
+    with pytest.raises(ConfigError, match="sampler"):
+        train(cfg("plain", {"sampler": "noise"}, opd))
+    seen = {}
+    original = OPD.set_teacher
+
+    def spy(self, t, *shapes):
+        seen["sampler"] = t.cfg.sampler
+        return original(self, t, *shapes)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(OPD, "set_teacher", spy):
+        summary = train(cfg("matched", {"sampler": "noise"}, {**opd, "teacher_policy": {"sampler": "noise"}}))
+    assert seen["sampler"] == "noise" and summary is not None
+    assert (tmp_path / "matched" / "metrics.csv").is_file() or (tmp_path / "matched" / "metrics.jsonl").is_file()
+    with pytest.raises(ConfigError, match=r"unknown config key 'algo.teacher_policy.samplr': did you mean 'sampler'"):
+        train(cfg("typo", {"sampler": "noise"}, {**opd, "teacher_policy": {"samplr": "noise"}}))
+    with pytest.raises(ConfigError, match=r"'algo.teacher_policy.name' = 'mlp'.*drop 'name'"):
+        train(cfg("renamed", {"sampler": "noise"}, {**opd, "teacher_policy": {"name": "mlp"}}))
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        from_dict(OPDConfig, {"teacher": teacher, "teacher_policy": ["sampler=noise"]}, "algo")
