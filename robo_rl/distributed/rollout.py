@@ -10,6 +10,11 @@ that loads the last weights and collects that iteration's share again; after
 
 Env i of the job is env j of worker k (the split is as even as possible); worker k resets its envs
 with seed ``seed + offset_k`` so the first episodes' seeds match the single-process run.
+
+Group rollouts (GRPO): every worker runs a ``GroupCollector`` over its envs (its share a multiple of the
+group size, so no group spans two workers); per round the driver hands worker k the seed of its first
+group (the job's groups take consecutive initial states, as in one process), joins the rounds and keeps
+collecting rounds until the batch holds enough informative groups (``gather_groups``).
 """
 
 from __future__ import annotations
@@ -39,10 +44,21 @@ def split_envs(num_envs: int, workers: int) -> list[int]:
     return [num_envs // workers + (1 if k < num_envs % workers else 0) for k in range(workers)]
 
 
+def check_group_split(sizes: list[int], group_size: int) -> None:
+    """One-line error unless every worker's envs (``sizes``) form whole groups of ``group_size``."""
+    if any(size % group_size for size in sizes):
+        from robo_rl.errors import ConfigError
+
+        raise ConfigError(f"cluster.num_workers={len(sizes)} splits env.num_envs={sum(sizes)} into {sizes} envs per "
+                          f"worker, but group rollouts need each worker's share a multiple of algo.group_size="
+                          f"{group_size} (a group's envs run in one worker); make env.num_envs a multiple of "
+                          f"{group_size * len(sizes)}")
+
+
 class RolloutWorker:
     """One worker's envs + policy copy + collector (a plain object; ``ray.remote`` wraps it)."""
 
-    def __init__(self, cfg: Any, index: int, num_envs: int, seed: int) -> None:
+    def __init__(self, cfg: Any, index: int, num_envs: int, seed: int, groups: dict[str, Any] | None = None) -> None:
 
         from robo_rl.build import build_env, build_policy, with_num_envs
         from robo_rl.rollout.collector import Collector
@@ -53,8 +69,17 @@ class RolloutWorker:
         self.index = index
         self.env = build_env(with_num_envs(cfg.env, num_envs))
         self.policy = build_policy(cfg.policy, self.env.obs_spec, self.env.action_spec)
-        self.collector = Collector(self.env, self.policy, cfg.run.rollout_steps, cfg.run.reward_norm,
-                                   getattr(cfg.algo, "gamma", 0.99), cfg.run.pipeline)
+        self.collector: Any = Collector(self.env, self.policy, cfg.run.rollout_steps, cfg.run.reward_norm,
+                                        getattr(cfg.algo, "gamma", 0.99), cfg.run.pipeline)
+        self._seen = 0
+        if groups is not None:
+            self.use_groups(groups)
+
+    def use_groups(self, groups: dict[str, Any]) -> None:
+        """Collect group rollouts (``GroupCollector`` keyword arguments) instead of fixed-length ones."""
+        from robo_rl.rollout.groups import GroupCollector
+
+        self.collector = GroupCollector(self.env, self.policy, **groups)
         self._seen = 0
 
     def specs(self) -> tuple[Any, Any]:
@@ -82,11 +107,19 @@ class RolloutWorker:
         """(trajectories, env steps, episodes finished since the last call as (return, length, success), restarts
         of this worker's env subprocesses)."""
         batch, steps = self.collector.collect()
+        return batch, steps, self._finished(), int(getattr(self.env, "restarts", 0))
+
+    def group_round(self, first_seed: int) -> tuple[Any, int, list[tuple[float, int, float]], int]:
+        """One round of group rollouts (this worker's group g from initial state ``first_seed + g``), as
+        ``collect`` returns its batch."""
+        batch, steps = self.collector.round(first_seed)
+        return batch, steps, self._finished(), int(getattr(self.env, "restarts", 0))
+
+    def _finished(self) -> list[tuple[float, int, float]]:
         st = self.collector.stats
         new = st.episodes - self._seen
         self._seen = st.episodes
-        done = list(zip(st.returns, st.lengths, st.successes))[-new:] if new > 0 else []
-        return batch, steps, done, int(getattr(self.env, "restarts", 0))
+        return list(zip(st.returns, st.lengths, st.successes))[-new:] if new > 0 else []
 
     def close(self) -> None:
         self.env.close()
@@ -96,9 +129,12 @@ def preflight(cfg: Any) -> None:
     """Every check a cluster run needs, before its run directory exists: the env split, the head
     (reachable, same Ray), the resources for the workers."""
     from robo_rl.distributed.learner import check_algorithm
+    from robo_rl.registry import ALGORITHMS
 
     cc = cfg.cluster
-    split_envs(cfg.env.num_envs, cc.num_workers)
+    sizes = split_envs(cfg.env.num_envs, cc.num_workers)
+    if hasattr(ALGORITHMS.get(cfg.algo.name), "rollout_groups"):
+        check_group_split(sizes, int(cfg.algo.group_size))
     check_algorithm(cfg)
     check_resources(connect(cc.address, cc.connect_timeout_s), cc)
 
@@ -145,6 +181,8 @@ class RayRollouts:
         self.workers: list[Any] = []
         self._weights: Any = None
         self._seed: int | None = None
+        self.groups: dict[str, Any] | None = None  # GroupCollector settings once use_groups() is called
+        self._next_group_seed = 0
         # specs from a throwaway local build would start a simulator here; the first worker reports them
         self.obs_spec: Any = None
         self.action_spec: Any = None
@@ -155,8 +193,15 @@ class RayRollouts:
         self.workers = [self._spawn(k) for k in range(len(self.sizes))]
         self.obs_spec, self.action_spec = self.ray.get(self.workers[0].specs.remote())
 
+    def use_groups(self, groups: dict[str, Any]) -> None:
+        """Collect group rollouts from now on (GRPO): one-line error unless every worker's envs form whole groups."""
+        check_group_split(self.sizes, int(groups["group_size"]))
+        self.groups = dict(groups)
+        self._get([w.use_groups.remote(self.groups) for w in self.workers], "use_groups")
+
     def reset(self, seed: int) -> dict[str, Any]:
         self._seed = seed
+        self._next_group_seed = seed
         obs = self._get([w.reset.remote(seed + off) for w, off in zip(self.workers, self.offsets)], "reset")
         return {k: (torch.cat([o[k] for o in obs]) if isinstance(obs[0][k], torch.Tensor) else sum((o[k] for o in obs), []))
                 for k in obs[0]}
@@ -166,8 +211,25 @@ class RayRollouts:
         self._get([w.set_weights.remote(self._weights) for w in self.workers], "set_weights")
 
     def collect(self) -> tuple[Trajectories, int]:
-        """Every worker's (T, B_k) trajectories joined env-wise into (T, B), and the env steps taken."""
-        outs = self._get([w.collect.remote() for w in self.workers], "collect")
+        """Every worker's (T, B_k) trajectories joined env-wise into (T, B), and the env steps taken (group
+        rollouts: the informative groups of as many rounds as dynamic sampling takes)."""
+        if self.groups is not None:
+            from robo_rl.rollout.groups import gather_groups
+
+            g = self.groups
+            traj, steps, self.report = gather_groups(self._group_round, g["min_groups"], g["max_rounds"], g["group_return"])
+            return traj, steps
+        return self._join(self._get([w.collect.remote() for w in self.workers], "collect"))
+
+    def _group_round(self) -> tuple[Trajectories, int]:
+        """One round on every worker at once: worker k's groups take the next initial states in turn."""
+        per_worker = [size // int(self.groups["group_size"]) for size in self.sizes]  # type: ignore[index]
+        firsts = (self._next_group_seed + np.cumsum([0, *per_worker[:-1]])).tolist()
+        self._next_group_seed += sum(per_worker)
+        refs = [w.group_round.remote(s) for w, s in zip(self.workers, firsts)]
+        return self._join(self._get(refs, "group_round", [(s,) for s in firsts]))
+
+    def _join(self, outs: list[Any]) -> tuple[Trajectories, int]:
         batches, steps = [], 0
         for k, (batch, n, episodes, env_restarts) in enumerate(outs):
             batches.append(batch)
@@ -192,7 +254,7 @@ class RayRollouts:
         cc = self.cfg.cluster
         remote = self.ray.remote(num_cpus=cc.cpus_per_worker, num_gpus=cc.gpus_per_worker, max_restarts=0)(RolloutWorker)
         seed = self.cfg.run.seed + 7919 * (k + 1) + 104_729 * self.restarts
-        return remote.remote(self.cfg, k, self.sizes[k], seed)
+        return remote.remote(self.cfg, k, self.sizes[k], seed, self.groups)
 
     def worker_pids(self) -> list[int]:
         return self.ray.get([w.pid.remote() for w in self.workers])
@@ -225,8 +287,8 @@ class RayRollouts:
                                f"{self.cfg.cluster.gpus_per_worker:g} GPU free (was a node lost?); add a node and "
                                "resume with 'robo-rl train --resume RUN_DIR'") from None
 
-    def _get(self, refs: list[Any], method: str) -> list[Any]:
-        """ray.get each worker's result; a lost worker is replaced and asked again."""
+    def _get(self, refs: list[Any], method: str, args: list[tuple[Any, ...]] | None = None) -> list[Any]:
+        """ray.get each worker's result; a lost worker is replaced and asked again (with ``args[k]``)."""
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
         out = []
@@ -237,8 +299,9 @@ class RayRollouts:
                     break
                 except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
                     self._replace(k, type(err).__name__)  # the new worker is reset, holds the last weights and scaler
-                    if method in ("set_weights", "load_scaler_state"):
+                    if method in ("set_weights", "load_scaler_state", "use_groups"):  # the replacement has them
                         out.append(None)
                         break
-                    ref = getattr(self.workers[k], method).remote(*([self._seed + self.offsets[k]] if method == "reset" else []))
+                    again = args[k] if args is not None else ([self._seed + self.offsets[k]] if method == "reset" else [])
+                    ref = getattr(self.workers[k], method).remote(*again)
         return out

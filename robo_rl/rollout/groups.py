@@ -11,6 +11,7 @@ the last ``collect`` saw.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -77,36 +78,22 @@ class GroupCollector:
     def _seeds(self) -> list[int | None]:
         return [self._next_seed + g for g in self._group_of()]
 
-    @torch.no_grad()
     def collect(self) -> tuple[Trajectories, int]:
         """(the informative groups' trajectories, env steps taken by every round: the cost of the batch)."""
-        kept: list[Trajectories] = []
-        informative = total_groups = steps = rounds = 0
-        last: Trajectories | None = None
-        while rounds < self.max_rounds and informative < self.min_groups:
-            last, n = self._round()
-            steps, rounds = steps + n, rounds + 1
-            ret, success = last.episode_outcomes()
-            outcome = success.float() if self.group_return == "success" else ret
-            assert last.group is not None
-            groups = torch.unique(last.group)
-            total_groups += len(groups)
-            keep = [g for g in groups.tolist() if bool(outcome[last.group == g].unique().numel() > 1)]
-            if keep:
-                cols = torch.nonzero(torch.isin(last.group, torch.tensor(keep))).squeeze(1)
-                kept.append(_columns(last, cols))
-                informative += len(keep)
-        assert last is not None
-        self.report = {"groups": float(total_groups), "informative_groups": float(informative), "rounds": float(rounds)}
-        # no informative group within the cap: the last round as is (its advantages are all 0)
-        return (Trajectories.cat(kept) if kept else last), steps
+        traj, steps, self.report = gather_groups(self._next_round, self.min_groups, self.max_rounds, self.group_return)
+        return traj, steps
 
-    def _round(self) -> tuple[Trajectories, int]:
-        """Every env runs one episode from its group's initial state; steps after it ended are invalid."""
+    def _next_round(self) -> tuple[Trajectories, int]:
+        traj, steps = self.round(self._next_seed)
+        self._next_seed += self.env.num_envs // self.n
+        return traj, steps
+
+    @torch.no_grad()
+    def round(self, first_seed: int) -> tuple[Trajectories, int]:
+        """Every env runs one episode from its group's initial state (group g: seed ``first_seed + g``);
+        steps after an env's episode ended are invalid. (T, B) trajectories and the env steps taken."""
         env, policy, b = self.env, self.policy, self.env.num_envs
-        seeds = self._seeds()
-        self._next_seed += b // self.n
-        obs, _ = env.reset_each(seeds)
+        obs, _ = env.reset_each([first_seed + g for g in self._group_of()])
         policy.reset()
         policy.eval()
         tobs = obs_to_torch(obs)
@@ -129,6 +116,33 @@ class GroupCollector:
                 policy.reset(np.flatnonzero(done))
             tobs = obs_to_torch(res.obs)
         return _stack(rows, torch.as_tensor(self._group_of(), dtype=torch.int64)), steps
+
+
+def gather_groups(next_round: Callable[[], tuple[Trajectories, int]], min_groups: int, max_rounds: int,
+                  group_return: str) -> tuple[Trajectories, int, dict[str, float]]:
+    """Dynamic sampling over rounds of group rollouts (``next_round()``: one round's (T, B) trajectories with
+    group ids, and its env steps) until ``min_groups`` informative groups or ``max_rounds`` rounds: (the
+    informative groups' trajectories, env steps of every round, the report). With no informative group within
+    the cap, the last round as is (its advantages are all 0)."""
+    kept: list[Trajectories] = []
+    informative = total_groups = steps = rounds = 0
+    last: Trajectories | None = None
+    while rounds < max_rounds and informative < min_groups:
+        last, n = next_round()
+        steps, rounds = steps + n, rounds + 1
+        ret, success = last.episode_outcomes()
+        outcome = success.float() if group_return == "success" else ret
+        assert last.group is not None
+        groups = torch.unique(last.group)
+        total_groups += len(groups)
+        keep = [g for g in groups.tolist() if bool(outcome[last.group == g].unique().numel() > 1)]
+        if keep:
+            cols = torch.nonzero(torch.isin(last.group, torch.tensor(keep))).squeeze(1)
+            kept.append(_columns(last, cols))
+            informative += len(keep)
+    assert last is not None
+    report = {"groups": float(total_groups), "informative_groups": float(informative), "rounds": float(rounds)}
+    return (Trajectories.cat(kept) if kept else last), steps, report
 
 
 def _stack(rows: list[dict[str, Any]], group: torch.Tensor) -> Trajectories:

@@ -262,13 +262,13 @@ class Trainer:
             self.algo = RayLearners(cfg, self._ray.ray, self.policy, env.obs_spec, env.action_spec)
         else:
             self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
-        if isinstance(self.algo, GroupRollouts):  # GRPO: n episodes per initial state, in this process
-            if self._ray is not None:
-                raise ConfigError(f"algo.name={cfg.algo.name!r} collects group rollouts in the trainer's process; "
-                                  "set cluster.num_workers=0")
+        if isinstance(self.algo, GroupRollouts) and self._ray is not None:  # GRPO on Ray: groups within workers
+            self._ray.use_groups(self.algo.rollout_groups())
+            source: Any = self._ray
+        elif isinstance(self.algo, GroupRollouts):  # GRPO: n episodes per initial state, in this process
             from robo_rl.rollout.groups import GroupCollector
 
-            source: Any = GroupCollector(env, self.policy, **self.algo.rollout_groups())
+            source = GroupCollector(env, self.policy, **self.algo.rollout_groups())
         else:
             source = self._ray if self._ray is not None else \
                 Collector(env, self.policy, rc.rollout_steps, rc.reward_norm, gamma, rc.pipeline)

@@ -206,3 +206,41 @@ def test_launch_scripts_refuse_bad_arguments_in_one_line():
         proc = subprocess.run(["bash", str(REPO / "launch" / script), *args], capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin", "RAY": "/bin/false"}, timeout=30)
         assert proc.returncode == 2 and fragment in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_grpo_group_rollouts_run_in_the_ray_workers(need_maniskill, cluster, tmp_path):
+    """GRPO on two rollout workers: each worker's envs form whole groups; one round gives every group of the
+    job its own initial state (shared by the group's envs, different between groups and workers); dynamic
+    sampling reports over the joined rounds; a killed worker is replaced and the run finishes."""
+    import csv
+
+    from robo_rl.config import load
+    from robo_rl.run_config import TrainConfig
+
+    cfg = load(TrainConfig, REPO / "configs" / "grpo_pushcube_state.yaml",
+               [*FAST, f"run.out_dir={tmp_path}", "run.init_from=null", "run.max_minutes=null", "algo.group_size=2",
+                "algo.min_groups=2", "algo.max_rounds=2", "algo.max_episode_steps=10", "env.num_envs=8",
+                f"cluster.address={cluster}", "cluster.num_workers=2", "run.total_env_steps=960", "run.name=grpo-ray"])
+    seen = {}
+
+    def check_a_round_then_pick_a_worker(trainer):
+        traj, steps = trainer.env._group_round()
+        seen["groups"] = sorted(set(traj.group.tolist()))
+        first = traj.obs["state"][0]
+        seen["shared"] = all(torch.equal(*first[traj.group == g]) for g in range(4))  # one state per group
+        seen["distinct"] = len({tuple(first[traj.group == g][0].tolist()) for g in range(4)})
+        seen["steps"] = (steps, int(traj.valid.sum()))
+        return trainer.env.worker_pids()[0]
+
+    summary, killed = _train_killing_at_iteration_3(cfg, check_a_round_then_pick_a_worker)
+    assert seen["groups"] == [0, 1, 2, 3] and seen["shared"] and seen["distinct"] == 4
+    assert seen["steps"][0] == seen["steps"][1]
+    assert killed and summary["worker_restarts"] == 1 and summary["stop_reason"] == "total_env_steps"
+    rows = list(csv.DictReader(open(tmp_path / "grpo-ray" / "metrics.csv")))
+    assert len(rows) == summary["iterations"] >= 4
+    assert all(float(r["rollout/groups"]) == 4 * float(r["rollout/rounds"]) > 0 for r in rows)
+    proc = run_cli("train", "--json", "configs/grpo_pushcube_state.yaml", *FAST, f"run.out_dir={tmp_path}",
+                   "run.name=x", "run.init_from=null", "algo.group_size=4", "env.num_envs=6",
+                   f"cluster.address={cluster}", "cluster.num_workers=2")
+    assert proc.returncode == 2 and "splits env.num_envs=6 into [3, 3]" in proc.stderr, proc.stderr[-1500:]
+    assert "make env.num_envs a multiple of 8" in proc.stderr and not (tmp_path / "x").exists()
