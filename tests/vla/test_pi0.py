@@ -232,3 +232,19 @@ def test_log_variance_noise_head_spans_its_bounds_geometrically():
         NoiseHead(4, 2, 0.08, 0.16, space="log")
     with pytest.raises(ConfigError, match="policy.ratio_unit"):
         _policy(ratio_unit="token")
+
+
+def test_state_clip_bounds_the_normalized_state_and_leaves_in_range_states_alone():
+    """policy.state_clip=c: a state 40 std out enters the model at c std; states within c are untouched."""
+    from robo_rl.errors import ConfigError
+
+    plain, clipped = _policy(), _policy(state_clip=3.0)
+    for p in (plain, clipped):
+        p.set_norm_stats(state_mean=torch.zeros(5), state_std=torch.full((5,), 0.5))
+    inside = torch.tensor([[0.5, -1.0, 0.0, 1.4, -1.4]])  # within 3 std (1.5)
+    far = torch.tensor([[20.0, -20.0, 0.0, 0.0, 0.0]])  # 40 std out
+    assert torch.equal(clipped.state({"state": inside}, 1), plain.state({"state": inside}, 1))
+    assert plain.state({"state": far}, 1)[0, :2].tolist() == [40.0, -40.0]
+    assert clipped.state({"state": far}, 1)[0, :2].tolist() == [3.0, -3.0]
+    with pytest.raises(ConfigError, match="state_clip"):
+        Pi0PolicyConfig(state_clip=0.0)

@@ -64,6 +64,10 @@ class Pi0PolicyConfig:
     (pi_RL's parametrisation, with bounds [0.08, 0.16] in its configs)."""
     default_instruction: str = "complete the task"
     """Instruction used when the observation carries none."""
+    state_clip: float | None = ranged(None, gt=0)
+    """Clip the normalized state to +-this many standard deviations (null: no clip). A state far outside
+    the demonstrations (an end-effector orientation the expert never held) otherwise enters the model
+    tens of standard deviations out. Range: > 0."""
     max_prompt_tokens: int = ranged(48, ge=1)
     """Prompt budget (pi0: 48); a longer instruction is an error, never truncated. Range: >= 1."""
     value_hidden: int = ranged(256, ge=1)
@@ -235,6 +239,8 @@ class Pi0Policy(nn.Module):
         if s.shape[-1] > d:
             raise ValueError(f"obs['state'] is {s.shape[-1]}-D; this pi0 model takes at most {d}")
         s = (s - self.state_mean[: s.shape[-1]]) / self.state_std[: s.shape[-1]]
+        if self.cfg.state_clip is not None:
+            s = s.clamp(-self.cfg.state_clip, self.cfg.state_clip)
         return torch.nn.functional.pad(s, (0, d - s.shape[-1]))
 
     def _prompt(self, instruction: str) -> list[int]:
