@@ -432,3 +432,13 @@ def test_libero_demos_of_several_tasks_pool_into_one_dataset(tmp_path):
     paths = [str(_libero_demos(tmp_path / f"d{i}.h5", f"libero_spatial/{i}", seed=0)) for i in range(3)]
     eps, meta = load_demos(paths, ["rgb", "state"], False, None)
     assert len(eps) == 3 and meta["env"] == "libero"  # same seeds, different tasks: different episodes
+
+
+def test_frame_every_is_checked_and_libero_only(tmp_path):
+    out = tmp_path / "x.h5"
+    proc = run_cli("demos", "generate", "--sim", "libero", "--task", "libero_spatial/0", "--frame-every", "0",
+                   "--out", str(out))
+    assert proc.returncode == 2 and "--frame-every 0 must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("demos", "generate", "--task", "PushCube-v1", "--frame-every", "4", "--out", str(out))
+    assert proc.returncode == 2 and "--frame-every apply to --sim libero only" in proc.stderr, proc.stderr[-800:]
+    assert not out.exists()
