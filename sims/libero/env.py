@@ -211,7 +211,7 @@ class LiberoSingleEnv:
         gets seed + i, then seed + i + B, ... on its own resets), mapped by ``init_index``."""
         if seed is not None:
             self._seq = seed
-            self.env.seed(seed)
+            self.env.seed(seed % 2**32)  # group rollouts' sequences may be negative (sequence_for_init_state)
         init = init_state_index(self._seq, self._env_index, self._stride, self._num_tasks)
         if self.cfg.init_states == "sampled":  # the placement sampler draws from numpy's global generator
             self.env.seed(SAMPLED_SEED_BASE + init)  # one layout per index: a group's envs share it

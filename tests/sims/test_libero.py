@@ -260,6 +260,22 @@ def test_reset_each_puts_a_group_on_one_init_state(need_libero):
         env.close()
 
 
+def test_reset_each_groups_of_two_tasks_on_sampled_layouts(need_libero):
+    """Two tasks, 4 envs (env i runs task i % 2), groups of 2 from state 0: the sequences of the second
+    rank are negative, and each group (envs 0 and 2, envs 1 and 3) still starts from one layout."""
+    from sims.libero.env import LiberoConfig, LiberoVecEnv
+
+    env = LiberoVecEnv(LiberoConfig(suite="libero_spatial", task_ids=(0, 2), num_envs=4, envs_per_worker=4,
+                                    image_size=32, settle_steps=0, init_states="sampled"))
+    try:
+        obs, _ = env.reset_each([0, 0, 0, 0])
+        for a, b in ((0, 2), (1, 3)):
+            np.testing.assert_array_equal(obs["rgb"][a], obs["rgb"][b])
+        assert not np.array_equal(obs["rgb"][0], obs["rgb"][1])
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("task", ["libero_spatial/0", "libero_object/4"], ids=["bowl-rim", "tall-bottle"])
 def test_scripted_expert_grasps_from_the_objects_geometry(need_libero, task):
     """A bowl (hollow: pinched at its rim) and a tall bottle (at its neck) from official init state 0."""
