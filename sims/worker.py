@@ -5,6 +5,7 @@ them, writes observations to shared memory, auto-resets and reports errors to th
 from __future__ import annotations
 
 import os
+import signal
 import traceback
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -230,6 +231,9 @@ def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env:
     (physics, llvmpipe) inherits the mask. Messages: ("attach", layouts) once, then
     ("step"|"reset"|"render"|"close", data). Replies are ("ok", small payload per env) or
     ("error", one line, traceback)."""
+    # the parent owns this process's lifetime (it closes the pipe): a Ctrl-C at the terminal reaches the whole
+    # process group, and the parent's own handling (finish the iteration, save) needs its envs alive
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
     os.environ.update(worker_env)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,33 @@ def run_cli(*args: str, timeout: float = 600, cwd: Path | None = None, env: dict
     return subprocess.run([sys.executable, "-m", "robo_rl.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or REPO, env=full_env)
 
+
+def interrupt_cli_after_rows(args: list[str], metrics: Path, rows: int) -> tuple[int, str, str]:
+    """Start `robo-rl ARGS` in its own process group, press Ctrl-C (SIGINT to the whole group, as a terminal
+    does) once metrics.csv has more than ``rows`` lines; (exit code, stdout, stderr). Output goes through
+    files next to the run directory, so a chatty run cannot block on a full pipe."""
+    logs = metrics.parent.parent
+    logs.mkdir(parents=True, exist_ok=True)
+    out_path, err_path = logs / f"{metrics.parent.name}.stdout", logs / f"{metrics.parent.name}.stderr"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", *args], cwd=REPO, stdout=out, stderr=err,
+                                start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) > rows:
+                break
+            assert proc.poll() is None, err_path.read_text()[-3000:]
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"fewer than {rows} metrics rows within 300 s")
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out_path.read_text(), err_path.read_text()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

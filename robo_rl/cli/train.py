@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from robo_rl.errors import RoboRLError
@@ -12,6 +13,7 @@ from robo_rl.errors import RoboRLError
 def cmd_train(args: argparse.Namespace) -> int:
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.runners import train as train_mod
+    from robo_rl.runners.stop import StopRequest, stop_on_signals
 
     ckpt_io.allow_large_models(args.allow_large)
     if args.resume:
@@ -28,7 +30,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 raise RoboRLError(f"run directory '{args.resume}' does not exist; pass a directory created by 'robo-rl train'")
             print(json.dumps(dry_run(train_mod.load_run_config(Path(args.resume), overrides)), indent=2))
             return 0
-        summary = train_mod.resume(Path(args.resume), overrides)
+        with stop_on_signals(StopRequest()) as stop:
+            summary = train_mod.resume(Path(args.resume), overrides, stop=stop)
     else:
         if not args.config:
             raise RoboRLError("robo-rl train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
@@ -41,11 +44,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
             print(json.dumps(dry_run(cfg), indent=2))
             return 0
-        summary = train_mod.train(cfg)
+        with stop_on_signals(StopRequest()) as stop:
+            summary = train_mod.train(cfg, stop=stop)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print_summary(summary)
+    if stop.is_set():  # kept, but not finished: scripts chaining train && eval stop here
+        print(f"robo-rl: interrupted; resume with 'robo-rl train --resume {summary.get('run_dir', 'RUN_DIR')}'",
+              file=sys.stderr)
+        return 130
     return 0
 
 

@@ -23,6 +23,7 @@ from robo_rl.files import atomic_write_text
 from robo_rl.run_config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy
 from robo_rl.runners.logger import OFFLINE_COLUMNS, MetricsLogger
+from robo_rl.runners.stop import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,12 @@ def check_offline_config(cfg: TrainConfig) -> None:
 class OfflineTrainer:
     """Runs ``algo`` (an offline algorithm such as ``bc``) in ``run_dir``."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
+    def __init__(self, cfg: TrainConfig, run_dir: Path, stop: StopRequest | None = None) -> None:
+        """``stop``: once set, training ends after the current gradient step and saves its checkpoint (the
+        best-validation weights when kept), without the final evaluation."""
         self.cfg = cfg
         self.run_dir = run_dir
+        self.stop = stop
         import yaml
 
         from robo_rl.config import to_dict
@@ -255,6 +259,9 @@ class OfflineTrainer:
             for step in range(1, total + 1):
                 if rc.max_minutes is not None and (time.monotonic() - t0) / 60 >= rc.max_minutes:
                     break
+                if self.stop is not None and self.stop.is_set():
+                    step -= 1  # this step was not taken
+                    break
                 if pos + ac.batch_size > n:
                     perm, pos = rng.permutation(n), 0
                 idx = perm[pos:pos + ac.batch_size]
@@ -300,7 +307,10 @@ class OfflineTrainer:
                                    "wall_time_min": round((time.monotonic() - t0) / 60, 2), "train_transitions": n}
         if best_val is not None:
             summary["best_val"] = {"step": best_val[1], "val_nll": best_val[0]}
-        if rc.final_eval_episodes > 0:
+        stopped = self.stop is not None and self.stop.is_set()
+        if stopped:
+            summary["stop_reason"] = self.stop.reason
+        if rc.final_eval_episodes > 0 and not stopped:
             summary["final_eval"] = self._evaluate(policy, rc.final_eval_episodes, record=False).as_dict()
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         return summary

@@ -28,6 +28,7 @@ from robo_rl.run_config import TrainConfig
 from robo_rl.runlock import RunLock
 from robo_rl.runners.evaluate import evaluate_policy, save_video
 from robo_rl.runners.logger import MetricsLogger, Progress
+from robo_rl.runners.stop import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +151,16 @@ class Trainer:
     """Runs one training job in ``run_dir``; ``resume=True`` continues from its latest checkpoint."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool = False,
-                 on_iteration: Callable[[dict[str, Any]], bool] | None = None, write_config: bool = False) -> None:
+                 on_iteration: Callable[[dict[str, Any]], bool] | None = None, write_config: bool = False,
+                 stop: StopRequest | None = None) -> None:
         """``on_iteration(row)`` sees each metrics row; returning True stops the run (benchmarks).
+        ``stop``: once set, the run ends after its current iteration, saves a checkpoint and skips the
+        final evaluation (stop_reason 'interrupted'; ``robo-rl train --resume`` continues it).
         ``write_config`` (a resume with overrides): config.yaml is rewritten only once the checkpoint
         has loaded under the new config, so a failed resume leaves the run directory as it was."""
         self.cfg = cfg
         self.on_iteration = on_iteration
+        self.stop = stop
         self.run_dir = run_dir
         self.state = TrainState()
         self._write_config = write_config
@@ -308,6 +313,8 @@ class Trainer:
             while st.env_steps < rc.total_env_steps:
                 if rc.max_minutes is not None and (time.monotonic() - t_start) / 60 >= rc.max_minutes:
                     return "max_minutes"
+                if self.stop is not None and self.stop.is_set():
+                    return self.stop.reason
                 row = self._iteration(source, track_stats, t_start)
                 metrics.log(row)
                 progress.update(st.env_steps, row)
@@ -367,7 +374,7 @@ class Trainer:
                                    "worker_restarts": getattr(self.env, "restarts", 0)}
         if hasattr(self.algo, "restarts"):
             summary["learner_restarts"] = self.algo.restarts
-        if rc.final_eval_episodes > 0:
+        if rc.final_eval_episodes > 0 and not (self.stop is not None and self.stop.is_set()):
             final = self._evaluate(rc.final_eval_episodes, record=rc.video)
             summary["final_eval"] = final.as_dict()
             if rc.video:
@@ -442,8 +449,9 @@ def check_inputs(cfg: TrainConfig) -> None:
                 raise ConfigError(f"config key '{key}': {err}") from None
 
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Start a fresh run (offline algorithms such as bc run the offline loop)."""
+def train(cfg: TrainConfig, stop: StopRequest | None = None) -> dict[str, Any]:
+    """Start a fresh run (offline algorithms such as bc run the offline loop); ``stop`` ends it early,
+    kept (see ``Trainer``)."""
     from robo_rl.registry import ALGORITHMS
 
     offline = getattr(ALGORITHMS.get(cfg.algo.name), "offline", False)
@@ -461,7 +469,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     run_dir = make_run_dir(cfg)
     with RunLock(run_dir):
         try:
-            return (OfflineTrainer if offline else Trainer)(cfg, run_dir).run()
+            return (OfflineTrainer(cfg, run_dir, stop=stop) if offline else Trainer(cfg, run_dir, stop=stop)).run()
         except BaseException:
             _discard_if_unstarted(run_dir)
             raise
@@ -479,7 +487,7 @@ def _discard_if_unstarted(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+def resume(run_dir: Path, overrides: list[str] | None = None, stop: StopRequest | None = None) -> dict[str, Any]:
     """Continue a killed run from its latest checkpoint with the config it was started with."""
     if not run_dir.is_dir():
         raise RoboRLError(f"run directory '{run_dir}' does not exist; pass a directory created by 'robo-rl train'")
@@ -487,4 +495,4 @@ def resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
         raise RunDirError(f"run directory '{run_dir}' is not writable")
     with RunLock(run_dir):
         cfg = load_run_config(run_dir, overrides)
-        return Trainer(cfg, run_dir, resume=True, write_config=bool(overrides)).run()
+        return Trainer(cfg, run_dir, resume=True, write_config=bool(overrides), stop=stop).run()

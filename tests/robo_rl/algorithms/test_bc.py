@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import run_cli
+from tests.conftest import interrupt_cli_after_rows, run_cli
 
 pytestmark = pytest.mark.maniskill
 
@@ -317,3 +317,15 @@ def test_keep_best_val_without_held_out_episodes_is_one_line():
 
     with pytest.raises(ConfigError, match="val_fraction"):
         BCConfig(dataset="d.h5", keep_best_val=True, val_fraction=0.0)
+
+
+def test_ctrl_c_keeps_the_sft_run(bc_config, tmp_path, need_maniskill):
+    """Ctrl-C during SFT: the weights of the steps taken are saved (best validation kept), no final
+    evaluation, exit 130."""
+    run = tmp_path / "sft-stopped"
+    rc, out, err = interrupt_cli_after_rows(["train", "--json", bc_config, "algo.epochs=100000", f"run.out_dir={tmp_path}",
+                                          "run.name=sft-stopped"], run / "metrics.csv", 2)
+    assert rc == 130, err[-3000:]
+    summary = json.loads(out)
+    assert summary["stop_reason"] == "interrupted" and "final_eval" not in summary
+    assert 10 <= summary["gradient_steps"] < 100000 and Path(summary["checkpoint"], "model.safetensors").is_file()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, interrupt_cli_after_rows, run_cli
 
 pytestmark = pytest.mark.maniskill
 
@@ -249,3 +249,22 @@ def test_the_end_of_a_run_is_a_short_summary(tmp_path):
                          f"video    {tmp_path / 'final_policy.mp4'}",
                          f"summary  {tmp_path / 'summary.json'} (print it with --json)"]
     assert summary_lines({"gradient_steps": 1200, "run_dir": str(tmp_path / "x")})[0] == "1,200 gradient steps"
+
+
+def test_ctrl_c_ends_the_iteration_saves_and_resumes(tmp_path, need_maniskill):
+    """The first Ctrl-C finishes the current iteration, saves a checkpoint of exactly the logged steps (no
+    periodic one is due), skips the final evaluation and exits 130; --resume continues from there."""
+    run = tmp_path / "stopped"
+    rc, out, err = interrupt_cli_after_rows(
+        ["train", "--json", "configs/quickstart.yaml", *SMALL, "run.total_env_steps=100000", "run.eval_every_steps=0",
+         "run.checkpoint_every_steps=100000", f"run.out_dir={tmp_path}", "run.name=stopped"], run / "metrics.csv", 2)
+    assert rc == 130, err[-3000:]
+    assert "stopping after the current iteration" in err and f"--resume {run}" in err and "Traceback" not in err
+    summary = json.loads(out)
+    assert summary["stop_reason"] == "interrupted" and "final_eval" not in summary
+    steps = [int(r["env_steps"]) for r in csv.DictReader(open(run / "metrics.csv"))]
+    ckpt = (run / "checkpoints" / "latest").read_text().strip()
+    assert int(ckpt.split("_")[1]) == steps[-1] == summary["env_steps"] >= 64
+    res = run_cli("train", "--json", "--resume", str(run), f"run.total_env_steps={steps[-1] + 64}", "run.final_eval_episodes=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout)["env_steps"] == steps[-1] + 64
