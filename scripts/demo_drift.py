@@ -14,30 +14,25 @@ from __future__ import annotations
 
 import argparse
 
-import h5py
 import numpy as np
 import torch
 
 from robo_rl.build import policy_from_checkpoint
+from robo_rl.runners.offline import flatten, load_demos
 
 
 def demo_rows(paths: list[str], episodes: int, every: int, steps: int) -> tuple[dict, torch.Tensor]:
-    """Observations (rgb, state, instruction) at every ``every``-th recorded frame of the first ``episodes``
-    episodes per file, and the ``steps`` demonstrated actions that follow each: (obs, (N, steps, A))."""
-    rgb, state, acts, text = [], [], [], []
-    for path in paths:
-        with h5py.File(path, "r") as f:
-            for name in list(f.keys())[:episodes]:
-                g = f[name]
-                frames = g["frame_steps"][:] if "frame_steps" in g else np.arange(len(g["obs/rgb"]))
-                a, s = g["actions"][:], g["obs/state"][:]
-                for j in range(0, len(frames), every):
-                    t = int(frames[j])
-                    if t + steps <= len(a):
-                        rgb.append(g["obs/rgb"][j]), state.append(s[t]), acts.append(a[t:t + steps])
-                        text.append(str(g.attrs["instruction"]))
-    obs = {"rgb": torch.as_tensor(np.stack(rgb)), "state": torch.as_tensor(np.stack(state)), "instruction": text}
-    return obs, torch.as_tensor(np.stack(acts), dtype=torch.float32)
+    """The SFT's own rows (``load_demos`` + ``flatten``: recorded frames, each with the ``steps`` actions after
+    it) of the first ``episodes`` episodes per file, every ``every``-th row with a whole chunk: (obs, (N, steps, A))."""
+    parts = [flatten(load_demos(p, ["rgb", "state"], False, episodes)[0], ["rgb", "state"], steps) for p in paths]
+    obs: dict = {k: [] for k in ("rgb", "state", "instruction")}
+    acts = []
+    for d in parts:
+        rows = np.flatnonzero(d.valid.all(1))[::every]
+        obs["rgb"].append(d.obs["rgb"][rows]), obs["state"].append(d.obs["state"][rows]), acts.append(d.actions[rows])
+        obs["instruction"] += [d.instruction[i] for i in rows]
+    out = {k: torch.as_tensor(np.concatenate(obs[k])) for k in ("rgb", "state")}
+    return {**out, "instruction": obs["instruction"]}, torch.as_tensor(np.concatenate(acts), dtype=torch.float32)
 
 
 @torch.no_grad()
