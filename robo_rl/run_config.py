@@ -3,6 +3,7 @@ registries, each parsed with the Config dataclass next to its code) and run sett
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -58,6 +59,11 @@ class RunConfig:
     """Write TensorBoard scalars."""
     progress: bool = True
     """Show a rich progress bar."""
+    device: str = "cpu"
+    """Where the policy learns and acts: ``cpu``, ``cuda`` or ``cuda:N``. Rollout buffers stay on the CPU;
+    each act moves its observations to the device and the actions back, each update moves its batch to the
+    device. Checked against this machine before a run directory exists. On Ray (``cluster.address``) the
+    learners' GPUs are ``cluster.gpus_per_learner`` instead."""
     torch_threads: int = ranged(1, ge=1, le=2**31 - 1)
     """torch intra-op threads in the learner process (torch.set_num_threads takes a C int). Range: in
     [1, 2**31 - 1]."""
@@ -76,6 +82,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_ranges(self, "run")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            raise ConfigError(f"config key 'run.device' = {self.device!r} is not a device; use cpu, cuda or cuda:N "
+                              "(e.g. cuda:0)")
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,10 @@ class TrainConfig:
     """Ray rollout workers (off unless cluster.address is set)."""
 
     def __post_init__(self) -> None:
+        if self.run.device != "cpu" and self.cluster.address is not None:
+            raise ConfigError(f"config key 'run.device' = {self.run.device!r} is for the single-process trainer; "
+                              "on Ray give the learners GPUs with cluster.gpus_per_learner (and cluster.num_learners "
+                              ">= 1) and keep run.device=cpu")
         if self.run.policy_cpus is not None and getattr(self.env, "worker_cpus", None) is None:
             raise ConfigError("config key 'run.policy_cpus' needs 'env.worker_cpus' as well (env workers started by "
                               "a pinned trainer would inherit, and crowd, its cores); set both, e.g. "

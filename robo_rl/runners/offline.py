@@ -20,6 +20,7 @@ from robo_rl.capabilities import ActionStats, RunningNormalizer, StateStats
 from robo_rl.data.augment import random_shift
 from robo_rl.errors import ConfigError
 from robo_rl.files import atomic_write_text
+from robo_rl.rollout.device import on_device, resolve_device, to_device
 from robo_rl.run_config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy
 from robo_rl.runners.logger import OFFLINE_COLUMNS, MetricsLogger
@@ -235,11 +236,12 @@ class OfflineTrainer:
                 policy.update_normalizer(states)
             if isinstance(policy, ActionStats):  # output statistics (token bins, flow normalization)
                 policy.fit_action_stats(train.step_actions, keep_last=ac.norm_mask == "all_but_last")
-        return policy, train, val
+        return policy.to(self.device), train, val  # statistics fitted on the CPU, learning on run.device
 
     def _run(self, rng: np.random.Generator) -> dict[str, Any]:
         cfg, rc, ac = self.cfg, self.cfg.run, self.cfg.algo
         env = self.env
+        self.device = resolve_device(rc.device)
         policy, train, val = self._data_and_policy(rng)
         algo = build_algorithm(ac, policy)
         n = train.actions.shape[0]
@@ -270,6 +272,7 @@ class OfflineTrainer:
                 batch = train.batch(idx)
                 if ac.image_shift:
                     batch[0]["rgb"] = random_shift(batch[0]["rgb"], ac.image_shift, shift_gen)
+                batch = to_device(batch, self.device)
                 for k, v in algo.update(batch).items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
@@ -293,7 +296,7 @@ class OfflineTrainer:
                     log.info("bc step %d/%d: %s", step, total, {k: round(v, 4) for k, v in row.items() if "/" in k})
         finally:
             metrics.close()
-        from robo_rl.runners.train import checkpoint_meta
+        from robo_rl.runners.train import checkpoint_meta, cpu_state
 
         last_step = step
         if best_val is not None:  # early stopping: keep the weights with the lowest validation NLL
@@ -301,7 +304,7 @@ class OfflineTrainer:
             step = best_val[1]
             log.info("bc: keeping step %d (validation NLL %.4g, the lowest)", step, best_val[0])
         meta_out = checkpoint_meta(cfg, env, 0, step)
-        ckpt = ckpt_io.save(self.run_dir / "checkpoints", step, policy.state_dict(),
+        ckpt = ckpt_io.save(self.run_dir / "checkpoints", step, cpu_state(policy),
                             {"algo": algo.state_dict(), "state": {"iteration": step}}, meta_out, keep=rc.keep_checkpoints)
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "gradient_steps": last_step, "checkpoint": str(ckpt),
                                    "wall_time_min": round((time.monotonic() - t0) / 60, 2), "train_transitions": n}
@@ -322,12 +325,12 @@ class OfflineTrainer:
         total = 0.0
         for s in range(0, n, batch):
             idx = np.arange(s, min(n, s + batch))
-            nll, _ = algo.loss(*val.batch(idx))
+            nll, _ = algo.loss(*to_device(val.batch(idx), self.device))
             total += float(nll) * len(idx)
         return total / n
 
     def _evaluate(self, policy: Any, episodes: int, record: bool) -> Any:
         policy.eval()
         with torch.no_grad():
-            return evaluate_policy(self.env, policy, episodes, seed=self.cfg.run.seed + 10_000, record_video=record)
+            return evaluate_policy(self.env, on_device(policy, self.device), episodes, seed=self.cfg.run.seed + 10_000, record_video=record)
 

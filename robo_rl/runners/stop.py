@@ -10,8 +10,8 @@ only the application (the CLI) installs them; library code only reads the reques
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -45,8 +45,12 @@ def stop_on_signals(stop: StopRequest, what: str = "the current iteration") -> I
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set("interrupted")
-        print(f"robo-rl: {signal.Signals(signum).name}: stopping after {what} and saving a checkpoint "
-              "(again to abort without saving)", file=sys.stderr, flush=True)
+        # os.write, not print: a handler that prints while the interrupted code is inside a write to the
+        # same buffered stream raises "reentrant call"; one unbuffered write cannot
+        msg = (f"robo-rl: {signal.Signals(signum).name}: stopping after {what} and saving a checkpoint "
+               "(again to abort without saving)\n")
+        with contextlib.suppress(OSError):
+            os.write(2, msg.encode())  # the process's stderr
 
     for s in previous:
         signal.signal(s, handler)

@@ -24,6 +24,7 @@ from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.files import MAX_JSON_BYTES, atomic_write_text
 from robo_rl.rollout.collector import Collector
+from robo_rl.rollout.device import on_device, resolve_device, to_device
 from robo_rl.run_config import TrainConfig
 from robo_rl.runlock import RunLock
 from robo_rl.runners.evaluate import evaluate_policy, save_video
@@ -192,7 +193,7 @@ class Trainer:
                          "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
                          "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
                          "generator": self.generator.get_state()}
-        path = ckpt_io.save(self.run_dir / "checkpoints", self.state.env_steps, self.policy.state_dict(),
+        path = ckpt_io.save(self.run_dir / "checkpoints", self.state.env_steps, cpu_state(self.policy),
                             trainer_state, self._meta(), keep=self.cfg.run.keep_checkpoints)
         self._saved_step = self.state.env_steps
         return path
@@ -222,6 +223,7 @@ class Trainer:
         if rc.policy_cpus is not None:
             pin_process(rc.policy_cpus)
         torch.set_num_threads(rc.torch_threads)
+        self.device = resolve_device(rc.device)
         self._seed(rc.seed)
         self.generator = torch.Generator().manual_seed(rc.seed)
         self._ray: Any = None
@@ -260,7 +262,8 @@ class Trainer:
         gamma = getattr(cfg.algo, "gamma", 0.99)  # the reward scaler's return discount
         if self._ray is not None:  # rollout workers on Ray: each collects its share of the envs
             self._ray.configure()
-        self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
+        self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec).to(self.device)  # before its optimizer
+        actor = on_device(self.policy, self.device)  # what the rollout loops call: CPU tensors in and out
         if self._ray is not None and cfg.cluster.num_learners > 0:  # data-parallel learners (DDP/FSDP) on Ray
             from robo_rl.distributed.learner import RayLearners
 
@@ -273,10 +276,10 @@ class Trainer:
         elif isinstance(self.algo, GroupRollouts):  # GRPO: n episodes per initial state, in this process
             from robo_rl.rollout.groups import GroupCollector
 
-            source = GroupCollector(env, self.policy, **self.algo.rollout_groups())
+            source = GroupCollector(env, actor, **self.algo.rollout_groups())
         else:
             source = self._ray if self._ray is not None else \
-                Collector(env, self.policy, rc.rollout_steps, rc.reward_norm, gamma, rc.pipeline)
+                Collector(env, actor, rc.rollout_steps, rc.reward_norm, gamma, rc.pipeline)
         self.reward_scaler = source.reward_scaler
         if self._resume_ckpt is not None:
             self._restore(self._resume_ckpt)
@@ -291,7 +294,7 @@ class Trainer:
             from robo_rl.build import policy_from_checkpoint
 
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher, cfg.algo.teacher_policy)
-            self.algo.set_teacher(teacher, env.action_spec.shape, teacher_actions.shape)
+            self.algo.set_teacher(teacher.to(self.device), env.action_spec.shape, teacher_actions.shape)
             log.info("teacher policy from %s", cfg.algo.teacher)
         return source
 
@@ -301,7 +304,7 @@ class Trainer:
         tobs = source.reset(seed=rc.seed + 1000 * st.iteration)
         track_stats = isinstance(self.policy, RunningNormalizer) and not rc.freeze_obs_stats
         if st.iteration == 0 and track_stats:
-            self.policy.update_normalizer(tobs)
+            self.policy.update_normalizer(to_device(tobs, self.device))
         source.sync(self.policy)
         t_start = time.monotonic() - st.wall_time
         if st.next_eval == 0:
@@ -336,6 +339,8 @@ class Trainer:
         steps_before = st.env_steps
         traj, steps = source.collect()
         batch = self.algo.prepare(traj)
+        if self.device.type != "cpu":
+            batch = batch.to(self.device)
         st.env_steps += steps
         self.policy.train()
         if isinstance(self.algo, ProgressAware):
@@ -387,7 +392,7 @@ class Trainer:
         if self.eval_env is None:
             self.eval_env = build_env(self.cfg.env, render=self.cfg.run.video, num_envs=self.cfg.run.eval_num_envs)
         self.policy.eval()
-        return evaluate_policy(self.eval_env, self.policy, episodes, seed=self.cfg.run.seed + 10_000,
+        return evaluate_policy(self.eval_env, on_device(self.policy, self.device), episodes, seed=self.cfg.run.seed + 10_000,
                                record_video=record)
 
     def _plot(self) -> None:
@@ -397,6 +402,11 @@ class Trainer:
             learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png")
         except (OSError, ValueError, KeyError) as err:  # a plot must never fail a finished run
             log.warning("could not draw the learning curve: %s", err)
+
+
+def cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``module.state_dict()`` with every tensor on the CPU (checkpoints are device-free)."""
+    return {k: v.detach().cpu() for k, v in module.state_dict().items()}
 
 
 def load_policy_weights(policy: Any, source: str) -> Path:
@@ -466,6 +476,7 @@ def train(cfg: TrainConfig, stop: StopRequest | None = None) -> dict[str, Any]:
         preflight(cfg)  # one-line errors before anything starts
     else:
         check_local_cpus(cfg)
+        resolve_device(cfg.run.device)  # a GPU this machine lacks: one line before the run directory exists
     run_dir = make_run_dir(cfg)
     with RunLock(run_dir):
         try:
@@ -495,4 +506,5 @@ def resume(run_dir: Path, overrides: list[str] | None = None, stop: StopRequest 
         raise RunDirError(f"run directory '{run_dir}' is not writable")
     with RunLock(run_dir):
         cfg = load_run_config(run_dir, overrides)
+        resolve_device(cfg.run.device)
         return Trainer(cfg, run_dir, resume=True, write_config=bool(overrides), stop=stop).run()
