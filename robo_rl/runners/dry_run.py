@@ -5,7 +5,7 @@ their CPU equivalents), the policy from its pretrained checkpoint when that is h
 (``_READ_LIMIT``), else on the ``meta`` device from ``policy.arch`` (no weights read, no memory
 allocated; the output says which), and the algorithm on top of it. Config, registry, spec and shape
 errors surface exactly as in a real run, and so do the offline and CPU checks a run makes before
-its run directory exists; input paths and pinned CPU ids missing on this machine (a config meant for
+its run directory exists; input paths, pinned CPU ids and a ``run.device`` GPU missing on this machine (a config meant for
 another one) are listed, not fatal.
 """
 
@@ -19,6 +19,7 @@ import torch
 
 from robo_rl.build import build_algorithm, build_env, build_policy
 from robo_rl.errors import ConfigError
+from robo_rl.rollout.device import resolve_device
 from robo_rl.run_config import TrainConfig
 
 # Machine-specific env settings (GPUs, pinned cores) and their stand-ins for the dry run (by field name, any simulator).
@@ -52,6 +53,11 @@ def dry_run(cfg: TrainConfig) -> dict[str, Any]:
         except ConfigError as err:  # pins for another machine: listed like missing paths, not fatal here
             cpus_missing = str(err)
     missing = missing_inputs(cfg)
+    device_missing = None
+    try:
+        resolve_device(cfg.run.device)
+    except ConfigError as err:  # a GPU config checked on a CPU machine: listed, not fatal
+        device_missing = str(err)
     env = build_env(_cpu_env_cfg(cfg.env))
     try:
         obs_spec, action_spec = env.obs_spec, env.action_spec
@@ -84,4 +90,6 @@ def dry_run(cfg: TrainConfig) -> dict[str, Any]:
         out["inputs_missing_here"] = missing  # a real run here stops at these, before making its run directory
     if cpus_missing:
         out["cpus_missing_here"] = cpus_missing
+    if device_missing:
+        out["device_missing_here"] = device_missing
     return out

@@ -124,3 +124,12 @@ def test_checkpoints_hold_cpu_tensors(tmp_path):
     lin = torch.nn.Linear(2, 2)
     state = cpu_state(lin)
     assert set(state) == {"weight", "bias"} and all(v.device.type == "cpu" and not v.requires_grad for v in state.values())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_dry_run_lists_a_gpu_this_machine_lacks(tmp_path):
+    from robo_rl.runners.dry_run import dry_run
+
+    out = dry_run(_cfg(tmp_path, device="cuda"))
+    assert out["dry_run"] == "ok" and "no CUDA device" in out["device_missing_here"]
+    assert "device_missing_here" not in dry_run(_cfg(tmp_path))
