@@ -68,8 +68,21 @@ def _check_eval_args(args: argparse.Namespace) -> None:
     if bad:
         raise ConfigError(f"eval takes env.* and policy.* overrides (e.g. policy.noise_level=0, "
                           f"env.variations.object_pose_jitter=0.05); got {', '.join(bad)}")
-    if args.overrides and (args.benchmark or args.via_ros):
-        raise ConfigError("eval overrides apply to the plain evaluation, not to --benchmark or --via-ros")
+    if args.overrides and args.via_ros:
+        raise ConfigError("eval overrides apply to the plain evaluation and --benchmark, not to --via-ros")
+    if args.benchmark:
+        from robo_rl.eval.benchmark import PLACEMENT_KEYS
+
+        fixed = [o for o in args.overrides if o.partition("=")[0].removeprefix("env.") not in PLACEMENT_KEYS]
+        if fixed:
+            raise ConfigError(f"--benchmark fixes the episodes; its overrides may only say where the envs run "
+                              f"(env.{', env.'.join(PLACEMENT_KEYS)}); got {', '.join(fixed)}")
+    if args.device != "cpu" and args.via_ros:
+        raise ConfigError("--device is for sim evaluations; through ROS 2 the policy runs where the bridge's robot "
+                          "config puts it")
+    from robo_rl.rollout.device import resolve_device
+
+    resolve_device(args.device, "--device")  # a GPU this machine lacks: one line before any env starts
     plain_only = [flag for flag, given in (("--video", args.video), ("--no-video", args.no_video)) if given]
     if plain_only and args.benchmark:
         raise ConfigError(f"{', '.join(plain_only)} apply to the plain evaluation; --benchmark records media with --media")
@@ -87,7 +100,8 @@ def _eval_benchmark(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     res = evaluate_benchmark(args.checkpoint, args.benchmark, args.episodes, args.out, args.num_envs or None,
                              args.seed, block=args.block, task=args.task, strengths=tuple(args.strengths),
-                             media=args.media, stochastic=args.stochastic)
+                             media=args.media, stochastic=args.stochastic, env_overrides=args.overrides,
+                             device=args.device)
     minutes = (time.monotonic() - t0) / 60
     n_eps = sum(t["episodes"] for t in res["tasks"].values())
     print(f"{args.benchmark}: {n_eps} episodes, {minutes:.2f} min in this call = {n_eps / max(minutes, 1e-9):.1f} "
@@ -104,9 +118,11 @@ def _eval_plain(args: argparse.Namespace) -> int:
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.build import build_env, build_policy, check_model_size, load_run, with_num_envs
     from robo_rl.config import apply_overrides, from_dict
+    from robo_rl.rollout.device import on_device, resolve_device
     from robo_rl.run_config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
+    device = resolve_device(args.device, "--device")
     run = load_run(args.checkpoint)
     ckpt, cfg = run.ckpt, run.config
     if args.overrides:  # a bad key or value is the override's fault: its own one-line error
@@ -117,10 +133,10 @@ def _eval_plain(args: argparse.Namespace) -> int:
     try:
         policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
         ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
-        policy.eval()
+        policy.to(device).eval()
         if args.stochastic:  # the same --seed draws the same action noise: reproducible sampled evaluations
             torch.manual_seed(args.seed)
-        res = evaluate_policy(env, policy, args.episodes, seed=args.seed, deterministic=not args.stochastic,
+        res = evaluate_policy(env, on_device(policy, device), args.episodes, seed=args.seed, deterministic=not args.stochastic,
                               record_video=not args.no_video)
     finally:
         env.close()

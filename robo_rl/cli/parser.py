@@ -73,11 +73,14 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--block", type=int, default=10, help="with --benchmark: episodes per block (the unit of resumption)")
     e.add_argument("--seed", type=int, default=10_000)
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean (with --benchmark too)")
+    e.add_argument("--device", default="cpu", help="where the policy runs: cpu, cuda or cuda:N (the envs stay where "
+                   "their config puts them)")
     e.add_argument("--video", help="mp4 path (default: <run>/eval_<checkpoint>.mp4)")
     e.add_argument("--no-video", action="store_true")
     e.add_argument("--via-ros", metavar="ROBOT_YAML", help="evaluate through the ROS 2 bridge against the simulated robot process")
     e.add_argument("overrides", nargs="*", help="env.key=value / policy.key=value overrides of the checkpoint's config, "
-                   "e.g. an OOD variation or a pi0 sampler setting (policy.noise_level=0 with --stochastic)")
+                   "e.g. an OOD variation or a pi0 sampler setting (policy.noise_level=0 with --stochastic); with "
+                   "--benchmark only where the envs run (env.gl=egl, env.render_gpu, env.envs_per_worker, ...)")
     e.add_argument("--allow-large", action="store_true",
                    help="build the checkpoint's model even above 100M parameters")
     e.set_defaults(fn=cmd_eval)

@@ -45,6 +45,11 @@ SCHEMA = 1
 _RUNTIME_KEYS = ("num_envs", "envs_per_worker", "scene_workers", "worker_cpus", "step_timeout")
 """Env config keys that change how episodes are run, not what they are (left out of a file's identity)."""
 
+PLACEMENT_KEYS = ("gl", "render_gpu", "render_device", "backend", "envs_per_worker", "scene_workers", "worker_cpus",
+                  "step_timeout")
+"""Env config keys an evaluation may override: where and how the envs run (a GPU machine: ``gl=egl``). The
+renderer keys stay in the file's identity (images differ between renderers), so compare files made alike."""
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -173,6 +178,18 @@ def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: st
     write_video(res.frames, media / f"{slug}.mp4")
 
 
+def _placed(config: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> Any:
+    """The run's env config with ``env.KEY=VALUE`` placement overrides (``PLACEMENT_KEYS``) applied."""
+    from robo_rl.config import apply_overrides, from_dict
+    from robo_rl.run_config import TrainConfig
+
+    bad = [o for o in overrides if not o.startswith("env.") or o.partition("=")[0][4:] not in PLACEMENT_KEYS]
+    if bad:
+        raise ConfigError(f"a benchmark's env overrides may only say where the envs run (env.{', env.'.join(PLACEMENT_KEYS)}); "
+                          f"got {', '.join(bad)}")
+    return from_dict(TrainConfig, apply_overrides(config, list(overrides))).env
+
+
 def _identity(env_cfg: Any) -> dict[str, Any]:
     """What of an env config decides the episodes (JSON-normalised): all keys but ``_RUNTIME_KEYS``."""
     from robo_rl.config import to_dict
@@ -275,14 +292,16 @@ def _aggregate(tasks: list[dict[str, Any]], seed: int) -> dict[str, Any]:
 def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_envs: int | None = None,
                        seed: int = 10_000, block: int = 10, task: str | None = None,
                        strengths: tuple[float, ...] = (1.0,), media: bool = False,
-                       stochastic: bool = False) -> dict[str, Any]:
+                       stochastic: bool = False, env_overrides: list[str] | tuple[str, ...] = (),
+                       device: str = "cpu") -> dict[str, Any]:
     """Evaluate ``checkpoint`` on benchmark ``name`` (``episodes`` per task), resuming ``out`` if it holds
     finished blocks of the same evaluation. ``checkpoint`` may name a reference policy instead
     (``random`` or ``expert``, see ``robo_rl.eval.reference``; ``task`` picks the ManiSkill task).
     ``strengths``: multiples of the split's variations to sweep; ``media``: thumbnails and videos of a few
     episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert).
     ``task`` for a LIBERO checkpoint: comma-separated SUITE/INDEX tasks (e.g. the ones it trained on);
-    ``stochastic``: sampled actions instead of the greedy ones (part of the file's identity)."""
+    ``stochastic``: sampled actions instead of the greedy ones (part of the file's identity);
+    ``env_overrides``: ``env.KEY=VALUE`` for ``PLACEMENT_KEYS`` only; ``device``: where the policy runs."""
     from robo_rl.build import load_run, policy_from_checkpoint
     from robo_rl.eval.stats import success_ci
 
@@ -301,6 +320,10 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         run = load_run(checkpoint)
         label = str(run.ckpt)
         train_env = run.config.env
+        if env_overrides:
+            train_env = _placed(run.meta["config"], env_overrides)
+    if env_overrides and reference:
+        raise ConfigError(f"env overrides apply to checkpoints; the {checkpoint} reference runs on this machine's CPU")
     if stochastic and checkpoint in ("random", "expert"):
         raise ConfigError(f"--stochastic applies to checkpoints; the {checkpoint} reference has one way to act")
     envs = task_env_configs(bench, train_env, num_envs, tuple(strengths))  # refuses another simulator's policy
@@ -313,7 +336,11 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
                               "or omit --task for all of them")
         envs = {t: envs[t] for t in wanted}
     if not reference:
+        from robo_rl.rollout.device import on_device, resolve_device
+
         policy, obs_spec, _ = policy_from_checkpoint(run)
+        where = resolve_device(device, "--device")
+        policy = on_device(policy.to(where), where)  # CPU tensors in and out, the forward passes on ``where``
         if bench.needs_rgb and "rgb" not in obs_spec:
             raise ConfigError(f"benchmark {name!r} varies {bench.varies}, but the policy observes only "
                               f"{', '.join(sorted(obs_spec))}: evaluate it on a split a state policy can feel")

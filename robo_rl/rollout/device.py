@@ -9,6 +9,7 @@ filled with CPU tensors). Learning batches go to the device with :func:`to_devic
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -19,16 +20,18 @@ from robo_rl.errors import ConfigError
 
 def resolve_device(name: str, key: str = "run.device") -> torch.device:
     """The torch device for ``name`` (``cpu``, ``cuda``, ``cuda:N``: checked when the config was parsed);
-    one-line error where this machine has no such device."""
+    one-line error where this machine has no such device, or for another name."""
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise ConfigError(f"{key} {name!r} is not a device; use cpu, cuda or cuda:N (e.g. cuda:0)")
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"config key '{key}' = {name!r} but this machine has no CUDA device "
+            raise ConfigError(f"{key} {name!r} but this machine has no CUDA device "
                               f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
-                              "set run.device=cpu")
+                              f"use {key} cpu")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise ConfigError(f"config key '{key}' = {name!r} but this machine has {count} CUDA device(s); "
+            raise ConfigError(f"{key} {name!r} but this machine has {count} CUDA device(s); "
                               f"use cuda:0 .. cuda:{count - 1}")
     return device
 

@@ -58,6 +58,22 @@ def test_rerun_and_resume_give_identical_results_and_the_report_renders(need_man
     assert (tmp_path / "a.png").stat().st_size > 1000
 
 
+def test_placement_overrides_change_where_envs_run_not_the_episodes(need_maniskill, run_dir, tmp_path):
+    """env.envs_per_worker (a placement key) packs 2 envs into one worker: the same results file content
+    as one env per worker; a key that decides the episodes is refused before any env starts."""
+    from robo_rl.errors import ConfigError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+
+    a = evaluate_benchmark(str(run_dir), "maniskill-execution", 2, str(tmp_path / "a.json"), num_envs=2, block=2)
+    b = evaluate_benchmark(str(run_dir), "maniskill-execution", 2, str(tmp_path / "b.json"), num_envs=2, block=2,
+                           env_overrides=["env.envs_per_worker=2"])
+    assert a == b
+    with pytest.raises(ConfigError, match="may only say where the envs run.*got env.max_episode_steps=5"):
+        evaluate_benchmark(str(run_dir), "maniskill-execution", 2, str(tmp_path / "c.json"),
+                           env_overrides=["env.max_episode_steps=5"])
+    assert not (tmp_path / "c.json").exists()
+
+
 def test_results_do_not_depend_on_the_number_of_envs(need_maniskill, run_dir, tmp_path):
     from robo_rl.eval.benchmark import evaluate_benchmark
 

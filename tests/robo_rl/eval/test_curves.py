@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from tests.conftest import run_cli
 
 
@@ -48,6 +50,12 @@ def test_curves_and_eval_argument_errors_are_one_line(tmp_path):
         (["eval", str(tmp_path / "s0"), "--benchmark", "maniskill-vision", "--out", str(tmp_path / "r.json"), "--video",
           str(tmp_path / "v.mp4")], "--video apply to the plain evaluation"),
         (["eval", str(tmp_path / "s0"), "--strengths", "abc"], "'abc': expected comma-separated numbers >= 0"),
+        (["eval", str(tmp_path / "s0"), "--benchmark", "maniskill-vision", "--out", str(tmp_path / "r.json"),
+          "policy.temperature=2", "env.task=PushCube-v1", "env.envs_per_worker=2"],
+         "its overrides may only say where the envs run (env.gl, env.render_gpu"),
+        (["eval", str(tmp_path / "s0"), "--device", "gpu"], "--device 'gpu' is not a device; use cpu, cuda or cuda:N"),
+        *([] if torch.cuda.is_available() else
+          [(["eval", str(tmp_path / "s0"), "--device", "cuda"], "--device 'cuda' but this machine has no CUDA device")]),
     ]
     for argv, fragment in cases:
         proc = run_cli(*argv)

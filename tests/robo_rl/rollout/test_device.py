@@ -48,12 +48,14 @@ def test_device_with_ray_points_at_the_learner_gpus(tmp_path):
 def test_a_gpu_this_machine_lacks_fails_before_the_run_directory(tmp_path):
     from robo_rl.runners.train import train
 
-    with pytest.raises(ConfigError, match=r"run.device' = 'cuda:0' but this machine has no CUDA device.*run.device=cpu"):
+    with pytest.raises(ConfigError, match=r"run.device 'cuda:0' but this machine has no CUDA device.*use run.device cpu"):
         train(_cfg(tmp_path, device="cuda:0"))
     assert not (tmp_path / "d").exists()
     with pytest.raises(ConfigError, match="no CUDA device"):
         resolve_device("cuda")
     assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="--device 'gpu' is not a device; use cpu, cuda or cuda:N"):
+        resolve_device("gpu", "--device")
 
 
 def test_to_device_moves_tensors_and_keeps_the_rest():
