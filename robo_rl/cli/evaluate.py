@@ -118,7 +118,7 @@ def _eval_plain(args: argparse.Namespace) -> int:
     from robo_rl import checkpoint as ckpt_io
     from robo_rl.build import build_env, build_policy, check_model_size, load_run, with_num_envs
     from robo_rl.config import apply_overrides, from_dict
-    from robo_rl.rollout.device import on_device, resolve_device
+    from robo_rl.rollout.device import on_device, place, resolve_device
     from robo_rl.run_config import TrainConfig
     from robo_rl.runners.evaluate import evaluate_policy, save_video
 
@@ -133,7 +133,7 @@ def _eval_plain(args: argparse.Namespace) -> int:
     try:
         policy = build_policy(cfg.policy, env.obs_spec, env.action_spec)
         ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
-        policy.to(device).eval()
+        place(policy, device).eval()
         if args.stochastic:  # the same --seed draws the same action noise: reproducible sampled evaluations
             torch.manual_seed(args.seed)
         res = evaluate_policy(env, on_device(policy, device), args.episodes, seed=args.seed, deterministic=not args.stochastic,

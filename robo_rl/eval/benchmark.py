@@ -336,11 +336,11 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
                               "or omit --task for all of them")
         envs = {t: envs[t] for t in wanted}
     if not reference:
-        from robo_rl.rollout.device import on_device, resolve_device
+        from robo_rl.rollout.device import on_device, place, resolve_device
 
         policy, obs_spec, _ = policy_from_checkpoint(run)
         where = resolve_device(device, "--device")
-        policy = on_device(policy.to(where), where)  # CPU tensors in and out, the forward passes on ``where``
+        policy = on_device(place(policy, where), where)  # CPU tensors in and out, the forward passes on ``where``
         if bench.needs_rgb and "rgb" not in obs_spec:
             raise ConfigError(f"benchmark {name!r} varies {bench.varies}, but the policy observes only "
                               f"{', '.join(sorted(obs_spec))}: evaluate it on a split a state policy can feel")

@@ -79,6 +79,12 @@ class OnDevice:
         return getattr(self.policy, name)
 
 
+def place(module: Any, device: torch.device) -> Any:
+    """``module`` moved to ``device``; on the CPU the module itself, untouched (a CPU run is exactly what it
+    was before devices existed)."""
+    return module if device.type == "cpu" else module.to(device)
+
+
 def on_device(policy: Any, device: torch.device) -> Any:
     """``policy`` itself on the CPU (no copies, no wrapper), else its ``OnDevice`` view."""
     return policy if device.type == "cpu" else OnDevice(policy, device)

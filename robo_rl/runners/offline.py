@@ -20,7 +20,7 @@ from robo_rl.capabilities import ActionStats, RunningNormalizer, StateStats
 from robo_rl.data.augment import random_shift
 from robo_rl.errors import ConfigError
 from robo_rl.files import atomic_write_text
-from robo_rl.rollout.device import on_device, resolve_device, to_device
+from robo_rl.rollout.device import on_device, place, resolve_device, to_device
 from robo_rl.run_config import TrainConfig
 from robo_rl.runners.evaluate import evaluate_policy
 from robo_rl.runners.logger import OFFLINE_COLUMNS, MetricsLogger
@@ -236,7 +236,7 @@ class OfflineTrainer:
                 policy.update_normalizer(states)
             if isinstance(policy, ActionStats):  # output statistics (token bins, flow normalization)
                 policy.fit_action_stats(train.step_actions, keep_last=ac.norm_mask == "all_but_last")
-        return policy.to(self.device), train, val  # statistics fitted on the CPU, learning on run.device
+        return place(policy, self.device), train, val  # statistics fitted on the CPU, learning on run.device
 
     def _run(self, rng: np.random.Generator) -> dict[str, Any]:
         cfg, rc, ac = self.cfg, self.cfg.run, self.cfg.algo

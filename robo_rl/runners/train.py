@@ -24,7 +24,7 @@ from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.files import MAX_JSON_BYTES, atomic_write_text
 from robo_rl.rollout.collector import Collector
-from robo_rl.rollout.device import on_device, resolve_device, to_device
+from robo_rl.rollout.device import on_device, place, resolve_device, to_device
 from robo_rl.run_config import TrainConfig
 from robo_rl.runlock import RunLock
 from robo_rl.runners.evaluate import evaluate_policy, save_video
@@ -262,7 +262,7 @@ class Trainer:
         gamma = getattr(cfg.algo, "gamma", 0.99)  # the reward scaler's return discount
         if self._ray is not None:  # rollout workers on Ray: each collects its share of the envs
             self._ray.configure()
-        self.policy = build_policy(cfg.policy, env.obs_spec, env.action_spec).to(self.device)  # before its optimizer
+        self.policy = place(build_policy(cfg.policy, env.obs_spec, env.action_spec), self.device)  # before its optimizer
         actor = on_device(self.policy, self.device)  # what the rollout loops call: CPU tensors in and out
         if self._ray is not None and cfg.cluster.num_learners > 0:  # data-parallel learners (DDP/FSDP) on Ray
             from robo_rl.distributed.learner import RayLearners
@@ -294,7 +294,7 @@ class Trainer:
             from robo_rl.build import policy_from_checkpoint
 
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher, cfg.algo.teacher_policy)
-            self.algo.set_teacher(teacher.to(self.device), env.action_spec.shape, teacher_actions.shape)
+            self.algo.set_teacher(place(teacher, self.device), env.action_spec.shape, teacher_actions.shape)
             log.info("teacher policy from %s", cfg.algo.teacher)
         return source
 
