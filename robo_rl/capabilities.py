@@ -88,6 +88,15 @@ class TeacherGuided(Protocol):
 
 
 @runtime_checkable
+class ReferencePolicy(Protocol):
+    """An algorithm that regularises towards a frozen copy of the policy it started from (KL to the
+    initial policy); the runner calls ``snapshot_reference`` once the starting weights are in (after
+    ``run.init_from``), and a resume restores the copy from the algorithm's state."""
+
+    def snapshot_reference(self) -> None: ...
+
+
+@runtime_checkable
 class ProgressAware(Protocol):
     """An algorithm with schedules over the run (learning-rate decay, teacher weight annealing)."""
 

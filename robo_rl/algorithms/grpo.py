@@ -102,9 +102,25 @@ class GRPO(OptimizerState):
         self.tokens = cfg.token_level and isinstance(policy, TokenScorer)
         self.optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, eps=1e-5)
         self.reference = None
-        if cfg.kl_coef > 0:  # the initial policy, frozen
-            self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.snapshot_reference()
         self.updates = 0
+
+    def snapshot_reference(self) -> None:
+        """With ``kl_coef`` > 0: the KL reference := a frozen copy of the policy as it is now (the runner calls
+        this again once ``run.init_from`` has loaded the starting weights)."""
+        if self.cfg.kl_coef > 0:
+            self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        if self.reference is not None:  # a resumed run keeps regularising towards the same starting policy
+            out["reference"] = {k: v.detach().cpu() for k, v in self.reference.state_dict().items()}
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.reference is not None and "reference" in state:
+            self.reference.load_state_dict(state["reference"])
 
     def rollout_groups(self) -> dict[str, Any]:
         """The ``robo_rl.rollout.groups.GroupCollector`` settings this algorithm trains on."""

@@ -349,6 +349,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         "schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": label, "seed": seed,
         "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths],
         **({"actions": "sampled"} if stochastic else {}),
+        **({"policy_device": device} if device != "cpu" else {}),  # sampling and rounding differ by device
         "task_set": list(envs), "env": _identity(train_env)}))
     results: dict[str, Any] = {**header, "environment": _environment(bench.sim, next(iter(envs.values()))[0]),
                                "tasks": _open_results(path, header)}

@@ -39,8 +39,8 @@ def resolve_device(name: str, key: str = "run.device") -> torch.device:
 def to_device(x: Any, device: torch.device) -> Any:
     """Tensors in ``x`` (a tensor, or dicts/lists/tuples of them) moved to ``device``; other values as
     they are (instruction strings)."""
-    if isinstance(x, torch.Tensor):
-        return x.to(device, non_blocking=True)
+    if isinstance(x, torch.Tensor):  # async only host -> GPU; a GPU -> host copy must be complete when read
+        return x.to(device, non_blocking=device.type == "cuda")
     if isinstance(x, dict):
         return {k: to_device(v, device) for k, v in x.items()}
     if isinstance(x, tuple):

@@ -286,7 +286,7 @@ class OfflineTrainer:
                         row["loss/val_nll"] = self._val_loss(algo, policy, val, ac.batch_size)
                         if ac.keep_best_val and (best_val is None or row["loss/val_nll"] < best_val[0]):
                             best_val = (row["loss/val_nll"], step,
-                                        {k: v.detach().clone() for k, v in policy.state_dict().items()})
+                                        {k: v.detach().to("cpu", copy=True) for k, v in policy.state_dict().items()})
                     if evaluate_now:
                         res = self._evaluate(policy, rc.eval_episodes, record=False)
                         row.update({"eval/success_rate": res.success_rate, "eval/ci_low": res.ci95[0],

@@ -19,7 +19,7 @@ import yaml
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.affinity import check_cpus, pin_process
 from robo_rl.build import build_algorithm, build_env, build_policy, check_model_size
-from robo_rl.capabilities import GroupRollouts, ProgressAware, RunningNormalizer, TeacherGuided
+from robo_rl.capabilities import GroupRollouts, ProgressAware, ReferencePolicy, RunningNormalizer, TeacherGuided
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.files import MAX_JSON_BYTES, atomic_write_text
@@ -192,7 +192,8 @@ class Trainer:
         trainer_state = {"algo": self.algo.state_dict(), "state": vars(self.state).copy(),
                          "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
                          "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
-                         "generator": self.generator.get_state()}
+                         "generator": self.generator.get_state(),
+                         **({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {})}
         path = ckpt_io.save(self.run_dir / "checkpoints", self.state.env_steps, cpu_state(self.policy),
                             trainer_state, self._meta(), keep=self.cfg.run.keep_checkpoints)
         self._saved_step = self.state.env_steps
@@ -213,6 +214,8 @@ class Trainer:
             torch.set_rng_state(ts["torch_rng"])
             np.random.set_state(ts["numpy_rng"])
             self.generator.set_state(ts["generator"])
+            if self.device.type == "cuda" and ts.get("cuda_rng") is not None:  # (a CPU checkpoint: seeded anew)
+                torch.cuda.set_rng_state(ts["cuda_rng"], self.device)
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
             raise CheckpointError(f"checkpoint '{ckpt}' trainer state does not match this run ({type(err).__name__}: {err})") from None
         log.info("resumed from %s at env step %d", ckpt, self.state.env_steps)
@@ -288,6 +291,8 @@ class Trainer:
                 atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         elif rc.init_from:
             load_policy_weights(self.policy, rc.init_from)
+        if self._resume_ckpt is None and isinstance(self.algo, ReferencePolicy):
+            self.algo.snapshot_reference()  # the KL reference is the policy the run starts from (after init_from)
         # teacher-guided algorithms (RPD, OPD) get their teacher once the student's weights and buffers are
         # in: OPD compares the two token spaces (a pi0's includes its action normalization)
         if isinstance(self.algo, TeacherGuided):

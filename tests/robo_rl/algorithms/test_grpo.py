@@ -126,3 +126,34 @@ def test_grpo_config_ranges():
     with pytest.raises(ConfigError, match="clip_low"):
         GRPOConfig(clip_low=1.0)
     assert np.isclose(GRPOConfig().clip_high, 0.28)
+
+
+def test_kl_reference_is_the_policy_the_run_starts_from_and_survives_a_resume(tmp_path):
+    """With kl_coef > 0 the frozen reference is the run.init_from policy (not the random init the algorithm
+    was built with), and a resumed run regularises towards that same reference."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.config import from_dict
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.train import Trainer, load_run_config, train
+
+    def cfg(name, **algo):
+        return from_dict(TrainConfig, {
+            "env": {"name": FAKE, "num_envs": 4, "max_episode_steps": 4},
+            "policy": {"name": "mlp", "hidden": [16], "init_log_std": 0.0},
+            "algo": {"name": "grpo", "group_size": 2, "min_groups": 1, "max_rounds": 1, "minibatches": 1, **algo},
+            "run": {"total_env_steps": 32, "eval_every_steps": 0, "final_eval_episodes": 0, "video": False,
+                    "progress": False, "tensorboard": False, "out_dir": str(tmp_path), "name": name,
+                    **({"init_from": str(tmp_path / "base")} if name != "base" else {})}})
+
+    train(cfg("base", lr=1e-2))
+    base = ckpt_io.load_model_state(ckpt_io.resolve(str(tmp_path / "base")))
+    (tmp_path / "kl").mkdir()
+    first = Trainer(cfg("kl", kl_coef=0.1, lr=1e-2), tmp_path / "kl")
+    first.run()
+    ref = first.algo.reference.state_dict()
+    assert all(torch.equal(ref[k], base[k]) for k in base)  # the init_from weights, not the random init
+    assert not all(torch.equal(first.policy.state_dict()[k], base[k]) for k in base)  # the policy moved on
+    again = Trainer(load_run_config(tmp_path / "kl", ["run.total_env_steps=64"]), tmp_path / "kl", resume=True,
+                    write_config=True)
+    again.run()
+    assert all(torch.equal(again.algo.reference.state_dict()[k], base[k]) for k in base)
