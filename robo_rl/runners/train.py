@@ -19,7 +19,13 @@ import yaml
 from robo_rl import checkpoint as ckpt_io
 from robo_rl.affinity import check_cpus, pin_process
 from robo_rl.build import build_algorithm, build_env, build_policy, check_model_size
-from robo_rl.capabilities import GroupRollouts, ProgressAware, ReferencePolicy, RunningNormalizer, TeacherGuided
+from robo_rl.capabilities import (
+    GroupRollouts,
+    ProgressAware,
+    ReferencePolicy,
+    RunningNormalizer,
+    TeacherGuided,
+)
 from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, ConfigError, RoboRLError, RunDirError
 from robo_rl.files import MAX_JSON_BYTES, atomic_write_text
