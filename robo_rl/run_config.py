@@ -11,6 +11,9 @@ from robo_rl.config import check_ranges, ranged, section
 from robo_rl.errors import ConfigError
 from robo_rl.registry import ALGORITHMS, ENVS, POLICIES
 
+DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
+"""What ``run.device`` (and ``robo-rl eval --device``) accept."""
+
 EnvSection = section(ENVS)
 PolicySection = section(POLICIES, default_name="mlp")
 AlgoSection = section(ALGORITHMS, default_name="ppo")
@@ -82,7 +85,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_ranges(self, "run")
-        if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+        if not re.fullmatch(DEVICE_PATTERN, self.device):
             raise ConfigError(f"config key 'run.device' = {self.device!r} is not a device; use cpu, cuda or cuda:N "
                               "(e.g. cuda:0)")
 

@@ -71,12 +71,9 @@ def _check_eval_args(args: argparse.Namespace) -> None:
     if args.overrides and args.via_ros:
         raise ConfigError("eval overrides apply to the plain evaluation and --benchmark, not to --via-ros")
     if args.benchmark:
-        from robo_rl.eval.benchmark import PLACEMENT_KEYS
+        from robo_rl.eval.benchmark import check_placement_overrides
 
-        fixed = [o for o in args.overrides if o.partition("=")[0].removeprefix("env.") not in PLACEMENT_KEYS]
-        if fixed:
-            raise ConfigError(f"--benchmark fixes the episodes; its overrides may only say where the envs run "
-                              f"(env.{', env.'.join(PLACEMENT_KEYS)}); got {', '.join(fixed)}")
+        check_placement_overrides(args.overrides)
     if args.device != "cpu" and args.via_ros:
         raise ConfigError("--device is for sim evaluations; through ROS 2 the policy runs where the bridge's robot "
                           "config puts it")

@@ -178,15 +178,20 @@ def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: st
     write_video(res.frames, media / f"{slug}.mp4")
 
 
+def check_placement_overrides(overrides: list[str] | tuple[str, ...]) -> None:
+    """One-line error for benchmark overrides other than ``env.KEY=VALUE`` with KEY in ``PLACEMENT_KEYS``."""
+    bad = [o for o in overrides if not o.startswith("env.") or o.partition("=")[0][4:] not in PLACEMENT_KEYS]
+    if bad:
+        raise ConfigError(f"--benchmark fixes the episodes; its overrides may only say where the envs run "
+                          f"(env.{', env.'.join(PLACEMENT_KEYS)}); got {', '.join(bad)}")
+
+
 def _placed(config: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> Any:
     """The run's env config with ``env.KEY=VALUE`` placement overrides (``PLACEMENT_KEYS``) applied."""
     from robo_rl.config import apply_overrides, from_dict
     from robo_rl.run_config import TrainConfig
 
-    bad = [o for o in overrides if not o.startswith("env.") or o.partition("=")[0][4:] not in PLACEMENT_KEYS]
-    if bad:
-        raise ConfigError(f"a benchmark's env overrides may only say where the envs run (env.{', env.'.join(PLACEMENT_KEYS)}); "
-                          f"got {', '.join(bad)}")
+    check_placement_overrides(overrides)
     return from_dict(TrainConfig, apply_overrides(config, list(overrides))).env
 
 

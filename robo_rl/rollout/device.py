@@ -16,12 +16,13 @@ import torch
 
 from robo_rl.contracts import PolicyOutput
 from robo_rl.errors import ConfigError
+from robo_rl.run_config import DEVICE_PATTERN
 
 
 def resolve_device(name: str, key: str = "run.device") -> torch.device:
     """The torch device for ``name`` (``cpu``, ``cuda``, ``cuda:N``: checked when the config was parsed);
     one-line error where this machine has no such device, or for another name."""
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+    if not re.fullmatch(DEVICE_PATTERN, name):
         raise ConfigError(f"{key} {name!r} is not a device; use cpu, cuda or cuda:N (e.g. cuda:0)")
     device = torch.device(name)
     if device.type == "cuda":
