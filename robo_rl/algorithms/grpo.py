@@ -119,8 +119,12 @@ class GRPO(OptimizerState):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        if self.reference is not None and "reference" in state:
-            self.reference.load_state_dict(state["reference"])
+        if self.reference is None:
+            return
+        if "reference" not in state:  # written before the reference was saved: do not regularise towards another one
+            raise ValueError("it holds no KL reference policy (algo.kl_coef > 0); resume with algo.kl_coef=0, "
+                             "or start a new run from it with run.init_from=<this run>")
+        self.reference.load_state_dict(state["reference"])
 
     def rollout_groups(self) -> dict[str, Any]:
         """The ``robo_rl.rollout.groups.GroupCollector`` settings this algorithm trains on."""

@@ -157,3 +157,16 @@ def test_kl_reference_is_the_policy_the_run_starts_from_and_survives_a_resume(tm
                     write_config=True)
     again.run()
     assert all(torch.equal(again.algo.reference.state_dict()[k], base[k]) for k in base)
+
+
+def test_a_kl_run_without_a_saved_reference_is_refused_not_regularised_towards_another_policy():
+    """A GRPO state written before the KL reference was saved cannot silently take the freshly built policy as
+    its reference: loading it with kl_coef > 0 names the way out; with kl_coef 0 it loads."""
+    from robo_rl.algorithms.grpo import GRPO
+
+    state = GRPO(GRPOConfig(kl_coef=0.1), torch.nn.Linear(3, 2)).state_dict()
+    assert "reference" in state
+    del state["reference"]
+    with pytest.raises(ValueError, match="no KL reference.*algo.kl_coef=0"):
+        GRPO(GRPOConfig(kl_coef=0.1), torch.nn.Linear(3, 2)).load_state_dict(state)
+    GRPO(GRPOConfig(), torch.nn.Linear(3, 2)).load_state_dict(state)
