@@ -85,6 +85,10 @@ class GaussianActorCritic(nn.Module):
         dist = self._dist(self.actor(x))
         return dist.log_prob(extras["action"]).sum(-1), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
 
+    def action_distribution(self, obs: dict[str, torch.Tensor]) -> torch.distributions.Normal:
+        """The Gaussian over actions (B, A) on ``obs`` (mean from the actor, std from ``log_std``)."""
+        return self._dist(self.actor(self._features(obs)))
+
     def token_log_probs(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> torch.Tensor:
         """(B, A) per-dimension log-probs of stored actions (their sum is ``evaluate``'s log-prob)."""
         return self._dist(self.actor(self._features(obs))).log_prob(extras["action"])

@@ -71,6 +71,16 @@ class TokenScorer(Protocol):
 
 
 @runtime_checkable
+class GaussianActions(Protocol):
+    """A policy whose action distribution per state is a diagonal Gaussian it can hand out (MLP, CNN):
+    distillation towards a teacher's fitted Gaussian (RPD's KL variant)."""
+
+    def action_distribution(self, obs: Observation) -> Any:
+        """``torch.distributions.Normal`` with mean and std (B, A) on ``obs``, differentiable in the weights."""
+        ...
+
+
+@runtime_checkable
 class Imitator(Protocol):
     """A policy with its own imitation objective (flow matching, token cross-entropy)."""
 

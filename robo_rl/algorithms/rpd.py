@@ -6,8 +6,16 @@ teacher policy's (e.g. a VLA's) on the student's own rollout states:
 ``distance``: ``mse`` between the student's deterministic action and the teacher's (Gaussian / MLP
 students), ``l1`` the same with |.|, or ``nll`` = -log pi_student(teacher action) (any policy whose
 ``extras_for_actions`` + ``evaluate`` score given actions, e.g. a token VLA: the KL towards the teacher's
-action up to a constant). ``lambda_t`` is constant, or decays to 0 over the run, linearly or with a
-cosine as RPD's reference does (``anneal``).
+action up to a constant). ``kl`` is the reference's variant for a stochastic teacher: the teacher acts
+``teacher_samples`` times per state (sampling, not greedy), a diagonal Gaussian is fitted to those actions
+(mean, std per dimension, std floored at ``teacher_std_floor``), and the term is
+
+    mean over states of  KL(pi_student(.|s) || N(mu_teacher(s), sigma_teacher(s))) * max(ratio, 1 - clip_coef)
+
+with ``ratio`` the minibatch's PPO ratio (gradient through both factors, as in the reference); the student
+must hand out its Gaussian (``GaussianActions``: MLP, CNN). The reference writes the std where
+``MultivariateNormal`` takes a covariance; here the std is the std. ``lambda_t`` is constant, or decays
+to 0 over the run, linearly or with a cosine as RPD's reference does (``anneal``).
 With lambda = 0 the update is PPO's exactly. The teacher is any ``Policy``; the runner loads it and hands
 it over with ``set_teacher`` (this file does no I/O).
 """
@@ -23,6 +31,7 @@ import torch
 
 from robo_rl.algorithms.ppo import PPO, PPOConfig
 from robo_rl.batch import RolloutBatch
+from robo_rl.capabilities import GaussianActions
 from robo_rl.config import ranged
 from robo_rl.errors import ConfigError
 
@@ -44,8 +53,14 @@ class RPDConfig(PPOConfig):
     anneal: Literal["constant", "linear", "cosine"] = "constant"
     """constant, or decay of lambda to 0 over the run's env steps: linear, or cosine (RPD's reference:
     lambda * (1 + cos(pi * fraction)) / 2)."""
-    distance: Literal["mse", "l1", "nll"] = "mse"
+    distance: Literal["mse", "l1", "nll", "kl"] = "mse"
     """How far the student is from the teacher's action (see the module docstring)."""
+    teacher_samples: int = ranged(10, ge=2)
+    """With ``distance: kl``: teacher actions sampled per state to fit its Gaussian (the reference: 10).
+    Range: >= 2."""
+    teacher_std_floor: float = ranged(0.01, gt=0, unit="action units")
+    """With ``distance: kl``: the smallest std of the fitted teacher Gaussian (a deterministic teacher's
+    samples agree exactly). Range: > 0."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -66,6 +81,9 @@ class RPD(PPO):
         self.teacher: Any = None
         self.lam = cfg.lambda_
         self._student_shape: tuple[int, ...] | None = None
+        if cfg.distance == "kl" and not isinstance(policy, GaussianActions):
+            raise ConfigError(f"config key 'algo.distance' = 'kl' needs a student with a Gaussian over actions "
+                              f"(action_distribution: mlp, cnn), and {type(policy).__name__} has none; use mse, l1 or nll")
 
     def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
         """Use ``teacher`` (a Policy); its action shape must be the student's."""
@@ -113,16 +131,38 @@ class RPD(PPO):
         diff = student - teacher_actions.to(student.dtype)
         return (diff**2).mean() if self.cfg.distance == "mse" else diff.abs().mean()
 
+    def kl_to_teacher(self, obs: dict[str, Any], mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """(B,) KL(pi_student(.|s) || N(mean, std)) summed over action dimensions; ``mean``, ``std`` (B, A)."""
+        student = self.policy.action_distribution(obs)
+        teacher = torch.distributions.Normal(mean.to(student.mean.dtype), std.to(student.mean.dtype))
+        return torch.distributions.kl_divergence(student, teacher).reshape(mean.shape[0], -1).sum(-1)
+
     def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """PPO's update, with the teacher's actions on the batch's states computed once (in minibatch-sized
-        pieces) and attached as ``aux``, not once per epoch and minibatch: a VLA teacher's forward pass
-        costs more than the student's whole update."""
-        if self.lam != 0.0 and "teacher_actions" not in batch.aux:
+        """PPO's update, with the teacher's actions (or, for ``kl``, its fitted Gaussian) on the batch's
+        states computed once (in minibatch-sized pieces) and attached as ``aux``, not once per epoch and
+        minibatch: a VLA teacher's forward pass costs more than the student's whole update."""
+        key = "teacher_mean" if self.cfg.distance == "kl" else "teacher_actions"
+        if self.lam != 0.0 and key not in batch.aux:
             step = max(1, batch.size // self.cfg.minibatches)
-            parts = [self._teacher_actions({k: v[i:i + step] for k, v in batch.obs.items()})
+            parts = [self._teacher_targets({k: v[i:i + step] for k, v in batch.obs.items()})
                      for i in range(0, batch.size, step)]
-            batch = dataclasses.replace(batch, aux=batch.aux | {"teacher_actions": torch.cat(parts)})
+            batch = dataclasses.replace(batch, aux=batch.aux | {k: torch.cat([p[k] for p in parts]) for k in parts[0]})
         return super().update(batch)
+
+    def _teacher_targets(self, obs: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """``teacher_actions`` (B, ...), or for ``kl`` the Gaussian ``teacher_mean`` / ``teacher_std`` (B, A)."""
+        if self.cfg.distance != "kl":
+            return {"teacher_actions": self._teacher_actions(obs)}
+        if self.teacher is None:
+            raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
+        if self._student_shape is None:
+            with torch.no_grad():
+                self._student_shape = tuple(self.policy.action_distribution({k: v[:1] for k, v in obs.items()}).mean.shape[1:])
+        with torch.no_grad():
+            samples = torch.stack([self.teacher_targets(self.teacher.act(obs, deterministic=False).actions, self._student_shape)
+                                   for _ in range(self.cfg.teacher_samples)])
+        return {"teacher_mean": samples.mean(0),
+                "teacher_std": samples.std(0, unbiased=False).clamp_min(self.cfg.teacher_std_floor)}
 
     @torch.no_grad()
     def _teacher_actions(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -131,9 +171,18 @@ class RPD(PPO):
             raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
         return self.teacher.act(obs, deterministic=True).actions
 
-    def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    def extra_loss(self, mb: RolloutBatch, new_log_prob: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         if self.lam == 0.0:
             return None, {}
+        if self.cfg.distance == "kl":
+            aux = mb.aux if "teacher_mean" in mb.aux else self._teacher_targets(mb.obs)
+            if new_log_prob is None:  # a minibatch from outside ``update``
+                new_log_prob = self.calls("evaluate", mb.obs, mb.extras)[0]
+            kl = self.kl_to_teacher(mb.obs, aux["teacher_mean"], aux["teacher_std"])
+            ratio = (new_log_prob - mb.log_prob).exp().clamp(min=1.0 - self.cfg.clip_coef)
+            d = kl.mean()
+            return self.lam * (kl * ratio).mean(), {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
         teacher_actions = mb.aux.get("teacher_actions")
         if teacher_actions is None:  # a minibatch from outside ``update``
             teacher_actions = self._teacher_actions(mb.obs)

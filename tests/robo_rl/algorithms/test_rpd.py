@@ -4,6 +4,7 @@ the trainer loads the teacher from a run directory (real ManiSkill run)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -246,3 +247,71 @@ def test_the_teacher_meets_the_student_with_its_init_from_weights(tmp_path, monk
     assert seen["student"].keys() == seen["teacher"].keys()
     for k, v in seen["teacher"].items():
         assert torch.equal(seen["student"][k], v), k
+
+
+class GaussianTeacher:
+    """A stochastic teacher: N(mean, std) per action dimension, whatever the state."""
+
+    def __init__(self, mean, std, seed=0):
+        self.mean, self.std = torch.tensor(mean), torch.tensor(std)
+        self.g = torch.Generator().manual_seed(seed)
+
+    def act(self, obs, deterministic=False):
+        from robo_rl.contracts import PolicyOutput
+
+        n = obs["state"].shape[0]
+        noise = torch.zeros(n, 2) if deterministic else torch.randn(n, 2, generator=self.g)
+        return PolicyOutput(actions=self.mean + self.std * noise)
+
+
+def test_kl_variant_fits_the_teacher_gaussian_and_weights_the_kl_by_the_clamped_ratio():
+    """distance kl: the teacher's Gaussian from its samples, KL(student || teacher) in closed form, times
+    max(ratio, 1 - clip) per state (hand-computed), and a deterministic teacher's std is the floor."""
+    algo = RPD(RPDConfig(teacher="unused", lambda_=0.5, distance="kl", teacher_samples=4000, clip_coef=0.2), _mlp(0))
+    algo.set_teacher(GaussianTeacher([0.5, -0.5], [0.2, 0.4]), (2,), (2,))
+    batch = _batch(8)
+    fitted = algo._teacher_targets(batch.obs)
+    assert torch.allclose(fitted["teacher_mean"], torch.tensor([0.5, -0.5]).expand(8, 2), atol=0.03)
+    assert torch.allclose(fitted["teacher_std"], torch.tensor([0.2, 0.4]).expand(8, 2), atol=0.03)
+
+    mean_t, std_t = torch.tensor([[0.5, -0.5]]).expand(8, 2), torch.tensor([[0.2, 0.4]]).expand(8, 2)
+    mb = dataclasses.replace(batch, aux={"teacher_mean": mean_t, "teacher_std": std_t})
+    with torch.no_grad():
+        student = algo.policy.action_distribution(batch.obs)
+        mu_s, sd_s = student.mean, student.stddev
+        kl = (torch.log(std_t / sd_s) + (sd_s**2 + (mu_s - mean_t) ** 2) / (2 * std_t**2) - 0.5).sum(-1)
+        new_log_prob = batch.log_prob + torch.tensor([-1.0, -0.5, -0.1, 0.0, 0.1, 0.3, -2.0, 0.05])
+        ratio = (new_log_prob - batch.log_prob).exp()
+        want = 0.5 * (kl * torch.maximum(ratio, torch.tensor(0.8))).mean()
+        loss, stats = algo.extra_loss(mb, new_log_prob)
+    assert float(loss) == pytest.approx(float(want), rel=1e-5)
+    assert float(stats["teacher_distance"]) == pytest.approx(float(kl.mean()), rel=1e-5)
+
+    det = RPD(RPDConfig(teacher="unused", distance="kl", teacher_samples=3, teacher_std_floor=0.05), _mlp(0))
+    det.set_teacher(ConstantTeacher([0.5, -0.5]), (2,), (2,))
+    assert torch.equal(det._teacher_targets(batch.obs)["teacher_std"], torch.full((8, 2), 0.05))
+
+
+def test_kl_variant_pulls_the_student_gaussian_towards_the_teacher_and_refuses_a_student_without_one():
+    algo = RPD(RPDConfig(teacher="unused", lambda_=1.0, distance="kl", teacher_samples=32, lr=1e-2, epochs=4,
+                         minibatches=2, target_kl=None), _mlp(0), generator=torch.Generator().manual_seed(1))
+    algo.set_teacher(GaussianTeacher([0.5, -0.5], [0.2, 0.2]), (2,), (2,))
+    batch = _batch(advantages=False)
+    fit = algo._teacher_targets(batch.obs)
+    with torch.no_grad():
+        before = algo.kl_to_teacher(batch.obs, fit["teacher_mean"], fit["teacher_std"]).mean().item()
+    for _ in range(5):
+        stats = algo.update(batch)
+    with torch.no_grad():
+        after = algo.kl_to_teacher(batch.obs, fit["teacher_mean"], fit["teacher_std"]).mean().item()
+    assert after < 0.5 * before and stats["teacher_distance"] > 0
+
+    class TokenStudent(torch.nn.Module):  # a policy without a Gaussian over actions (e.g. a token VLA)
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+    with pytest.raises(ConfigError, match="'algo.distance' = 'kl' needs a student with a Gaussian.*TokenStudent"):
+        RPD(RPDConfig(teacher="unused", distance="kl"), TokenStudent())
+    with pytest.raises(ConfigError, match="teacher_samples"):
+        RPDConfig(teacher="unused", distance="kl", teacher_samples=1)
