@@ -7,6 +7,7 @@ Every user error (config, checkpoint, CLI argument) ends as one line on stderr a
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from robo_rl.cli.parser import build_parser
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     except RoboRLError as err:
         print(f"robo-rl: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`robo-rl compare ... | head -1`): stop without a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush of stdout must not fail again
+        return 141
     except KeyboardInterrupt:
         hint = "; resume with 'robo-rl train --resume RUN_DIR'" if getattr(args, "fn", None) is cmd_train else ""
         print(f"robo-rl: interrupted{hint}", file=sys.stderr)

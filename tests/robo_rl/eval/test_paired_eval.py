@@ -167,3 +167,20 @@ def test_compare_reads_a_training_runs_final_evaluation(tmp_path):
         compare([str(empty)], [b])
     with pytest.raises(RoboRLError, match="run directory with a final evaluation"):
         compare([str(tmp_path / "missing")], [b])
+
+
+def test_compare_into_a_closed_pipe_stops_without_a_traceback(tmp_path):
+    """`robo-rl compare ... | head -1`: the reader leaves before the JSON is written; no traceback, exit 141."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    a = _write(tmp_path / "a.json", [[1, 0], [1, 1]])
+    b = _write(tmp_path / "b.json", [[0, 0], [1, 0]])
+    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "compare", "--a", a, "--b", b], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first write
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err[-2000:]
+    assert "Traceback" not in err and "BrokenPipeError" not in err
