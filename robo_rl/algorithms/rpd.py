@@ -161,6 +161,7 @@ class RPD(PPO):
         with torch.no_grad():
             samples = torch.stack([self.teacher_targets(self.teacher.act(obs, deterministic=False).actions, self._student_shape)
                                    for _ in range(self.cfg.teacher_samples)])
+        samples = samples.float()  # statistics in float32 whatever the teacher's dtype
         return {"teacher_mean": samples.mean(0),
                 "teacher_std": samples.std(0, unbiased=False).clamp_min(self.cfg.teacher_std_floor)}
 
@@ -180,6 +181,9 @@ class RPD(PPO):
             if new_log_prob is None:  # a minibatch from outside ``update``
                 new_log_prob = self.calls("evaluate", mb.obs, mb.extras)[0]
             kl = self.kl_to_teacher(mb.obs, aux["teacher_mean"], aux["teacher_std"])
+            if new_log_prob.shape != kl.shape:
+                raise ConfigError(f"config key 'algo.distance' = 'kl' needs one log-prob per state {tuple(kl.shape)}, "
+                                  f"the student gives {tuple(new_log_prob.shape)}; use mse, l1 or nll")
             ratio = (new_log_prob - mb.log_prob).exp().clamp(min=1.0 - self.cfg.clip_coef)
             d = kl.mean()
             return self.lam * (kl * ratio).mean(), {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}

@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*(args.overrides or []), *extra]
     _setup_logging(args.verbose)
     try:
-        return int(args.fn(args) or 0)
+        code = int(args.fn(args) or 0)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handler, not in the interpreter's exit flush
+        return code
     except RoboRLError as err:
         print(f"robo-rl: error: {err}", file=sys.stderr)
         return 2

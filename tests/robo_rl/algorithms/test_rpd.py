@@ -286,6 +286,9 @@ def test_kl_variant_fits_the_teacher_gaussian_and_weights_the_kl_by_the_clamped_
         loss, stats = algo.extra_loss(mb, new_log_prob)
     assert float(loss) == pytest.approx(float(want), rel=1e-5)
     assert float(stats["teacher_distance"]) == pytest.approx(float(kl.mean()), rel=1e-5)
+    live = new_log_prob.clone().requires_grad_()  # the gradient goes through the ratio where it is not clamped
+    algo.extra_loss(mb, live)[0].backward()
+    assert torch.equal(live.grad == 0, ratio < 0.8) and bool((live.grad[ratio >= 0.8] > 0).all())
 
     det = RPD(RPDConfig(teacher="unused", distance="kl", teacher_samples=3, teacher_std_floor=0.05), _mlp(0))
     det.set_teacher(ConstantTeacher([0.5, -0.5]), (2,), (2,))

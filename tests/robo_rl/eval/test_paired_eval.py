@@ -171,6 +171,7 @@ def test_compare_reads_a_training_runs_final_evaluation(tmp_path):
 
 def test_compare_into_a_closed_pipe_stops_without_a_traceback(tmp_path):
     """`robo-rl compare ... | head -1`: the reader leaves before the JSON is written; no traceback, exit 141."""
+    import os
     import subprocess
     import sys
 
@@ -178,7 +179,8 @@ def test_compare_into_a_closed_pipe_stops_without_a_traceback(tmp_path):
 
     a = _write(tmp_path / "a.json", [[1, 0], [1, 1]])
     b = _write(tmp_path / "b.json", [[0, 0], [1, 0]])
-    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "compare", "--a", a, "--b", b], cwd=REPO,
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout block-buffered, as in a shell
+    proc = subprocess.Popen([sys.executable, "-m", "robo_rl.cli", "compare", "--a", a, "--b", b], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdout.close()  # the reader is gone before the first write
     err = proc.stderr.read()
