@@ -142,10 +142,10 @@ class PPO(OptimizerState):
         """Advantages and returns of the collected (T, B) trajectories from ``cfg.advantage``."""
         return self.estimator(traj)
 
-    def extra_loss(self, mb: RolloutBatch, new_log_prob: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        """A term added to each minibatch's actor loss, with its logged terms (PPO: none). ``new_log_prob``:
-        the minibatch's log-probs under the current weights (the PPO ratio's numerator), when known."""
+    def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """A term added to each minibatch's actor loss, with its logged terms (PPO: none). In ``update``,
+        ``mb.aux['new_log_prob']`` holds the minibatch's log-probs under the current weights (the PPO
+        ratio's numerator, differentiable)."""
         return None, {}
 
     def set_progress(self, fraction_done: float) -> None:
@@ -195,7 +195,7 @@ class PPO(OptimizerState):
                     loss = cfg.vf_coef * terms["value_loss"]
                 else:
                     loss = terms["policy_loss"] + cfg.vf_coef * terms["value_loss"] - cfg.ent_coef * entropy_mean
-                    extra, extra_terms = self.extra_loss(mb, new_log_prob)
+                    extra, extra_terms = self.extra_loss(dataclasses.replace(mb, aux=mb.aux | {"new_log_prob": new_log_prob}))
                     if extra is not None:
                         loss = loss + extra
                         terms.update(extra_terms)

@@ -60,7 +60,7 @@ class RPDConfig(PPOConfig):
     Range: >= 2."""
     teacher_std_floor: float = ranged(0.01, gt=0, unit="action units")
     """With ``distance: kl``: the smallest std of the fitted teacher Gaussian (a deterministic teacher's
-    samples agree exactly). Range: > 0."""
+    samples agree exactly). Range: > 0 action units."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -172,12 +172,12 @@ class RPD(PPO):
             raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
         return self.teacher.act(obs, deterministic=True).actions
 
-    def extra_loss(self, mb: RolloutBatch, new_log_prob: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         if self.lam == 0.0:
             return None, {}
         if self.cfg.distance == "kl":
             aux = mb.aux if "teacher_mean" in mb.aux else self._teacher_targets(mb.obs)
+            new_log_prob = mb.aux.get("new_log_prob")
             if new_log_prob is None:  # a minibatch from outside ``update``
                 new_log_prob = self.calls("evaluate", mb.obs, mb.extras)[0]
             kl = self.kl_to_teacher(mb.obs, aux["teacher_mean"], aux["teacher_std"])

@@ -283,11 +283,11 @@ def test_kl_variant_fits_the_teacher_gaussian_and_weights_the_kl_by_the_clamped_
         new_log_prob = batch.log_prob + torch.tensor([-1.0, -0.5, -0.1, 0.0, 0.1, 0.3, -2.0, 0.05])
         ratio = (new_log_prob - batch.log_prob).exp()
         want = 0.5 * (kl * torch.maximum(ratio, torch.tensor(0.8))).mean()
-        loss, stats = algo.extra_loss(mb, new_log_prob)
+        loss, stats = algo.extra_loss(dataclasses.replace(mb, aux=mb.aux | {"new_log_prob": new_log_prob}))
     assert float(loss) == pytest.approx(float(want), rel=1e-5)
     assert float(stats["teacher_distance"]) == pytest.approx(float(kl.mean()), rel=1e-5)
     live = new_log_prob.clone().requires_grad_()  # the gradient goes through the ratio where it is not clamped
-    algo.extra_loss(mb, live)[0].backward()
+    algo.extra_loss(dataclasses.replace(mb, aux=mb.aux | {"new_log_prob": live}))[0].backward()
     assert torch.equal(live.grad == 0, ratio < 0.8) and bool((live.grad[ratio >= 0.8] > 0).all())
 
     det = RPD(RPDConfig(teacher="unused", distance="kl", teacher_samples=3, teacher_std_floor=0.05), _mlp(0))
