@@ -153,24 +153,21 @@ class RPD(PPO):
         """``teacher_actions`` (B, ...), or for ``kl`` the Gaussian ``teacher_mean`` / ``teacher_std`` (B, A)."""
         if self.cfg.distance != "kl":
             return {"teacher_actions": self._teacher_actions(obs)}
-        if self.teacher is None:
-            raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
         if self._student_shape is None:
             with torch.no_grad():
                 self._student_shape = tuple(self.policy.action_distribution({k: v[:1] for k, v in obs.items()}).mean.shape[1:])
-        with torch.no_grad():
-            samples = torch.stack([self.teacher_targets(self.teacher.act(obs, deterministic=False).actions, self._student_shape)
-                                   for _ in range(self.cfg.teacher_samples)])
+        samples = torch.stack([self.teacher_targets(self._teacher_actions(obs, deterministic=False), self._student_shape)
+                               for _ in range(self.cfg.teacher_samples)])
         samples = samples.float()  # statistics in float32 whatever the teacher's dtype
         return {"teacher_mean": samples.mean(0),
                 "teacher_std": samples.std(0, unbiased=False).clamp_min(self.cfg.teacher_std_floor)}
 
     @torch.no_grad()
-    def _teacher_actions(self, obs: dict[str, Any]) -> torch.Tensor:
-        """The teacher's greedy actions (B, ...) on ``obs``."""
+    def _teacher_actions(self, obs: dict[str, Any], deterministic: bool = True) -> torch.Tensor:
+        """The teacher's actions (B, ...) on ``obs``: greedy, or sampled for the ``kl`` fit."""
         if self.teacher is None:
             raise ConfigError("RPD has no teacher: the runner must call set_teacher() before training")
-        return self.teacher.act(obs, deterministic=True).actions
+        return self.teacher.act(obs, deterministic=deterministic).actions
 
     def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         if self.lam == 0.0:
