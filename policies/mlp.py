@@ -93,6 +93,10 @@ class GaussianActorCritic(nn.Module):
         """(B, A) per-dimension log-probs of stored actions (their sum is ``evaluate``'s log-prob)."""
         return self._dist(self.actor(self._features(obs))).log_prob(extras["action"])
 
+    def token_distributions(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> torch.distributions.Normal:
+        """The Gaussian of each action dimension (batch shape (B, A), as ``token_log_probs``)."""
+        return self._dist(self.actor(self._features(obs)))
+
     def token_space(self) -> dict[str, Any]:
         """What an action dimension means (a teacher scoring this policy's actions must agree)."""
         return {"kind": "gaussian", "action_dim": int(self.log_std.shape[0])}

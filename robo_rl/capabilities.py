@@ -71,6 +71,17 @@ class TokenScorer(Protocol):
 
 
 @runtime_checkable
+class TokenDistributions(Protocol):
+    """A token scorer that also hands out the whole distribution of each token or transition (exact-KL
+    on-policy distillation)."""
+
+    def token_distributions(self, obs: Observation, extras: dict[str, Any]) -> Any:
+        """``torch.distributions.Distribution`` of batch shape (B, K), the K tokens/transitions of
+        ``token_log_probs``, each conditioned on what ``extras`` recorded before it; differentiable."""
+        ...
+
+
+@runtime_checkable
 class GaussianActions(Protocol):
     """A policy whose action distribution per state is a diagonal Gaussian it can hand out (MLP, CNN):
     distillation towards a teacher's fitted Gaussian (RPD's KL variant)."""

@@ -10,6 +10,13 @@ Its expected gradient is that of -KL(pi_S || pi_T) (reverse KL: mode seeking). "
 policy's ``token_log_probs`` returns: the 256-bin action tokens of a token VLA, the action dimensions
 of a Gaussian policy. ``A = 0`` wherever the student already agrees with the teacher, so a student
 identical to its teacher is left unchanged. The runner loads the teacher (``set_teacher``); no I/O here.
+
+``loss: kl`` replaces the sampled-token estimate by the exact reverse KL of each token's whole
+distribution, KL(pi_S(.|s, x_<i) || pi_T(.|s, x_<i)) in closed form (256 bins of an action token, the
+Gaussian kernel of a denoising transition, an action dimension's Gaussian), at the student's own rollout
+states and recorded prefixes, minimized directly: no advantage, no ratio, one sample per position
+instead of one per rollout, so the gradient carries the teacher's view of every token the student could
+have drawn (generalized KD's on-policy loss). It does not differentiate through which prefixes were drawn.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import torch
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import OptimizerState, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
-from robo_rl.capabilities import TokenScorer, require
+from robo_rl.capabilities import TokenDistributions, TokenScorer, require
 from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 
@@ -47,10 +54,12 @@ class OPDConfig:
     """Minibatches per epoch. Range: >= 1."""
     clip_coef: float = ranged(0.2, gt=0)
     """Per-token ratio clip (``loss: clipped``). Range: > 0."""
-    loss: Literal["clipped", "reinforce"] = "clipped"
+    loss: Literal["clipped", "reinforce", "kl"] = "clipped"
     """``clipped``: PPO's clipped per-token surrogate over the epochs; ``reinforce``: RLinf's plain
     -A * log pi per token (the two are equal on-policy, i.e. in the first epoch's first minibatch;
-    after an update the clipped one keeps each token's step bounded)."""
+    after an update the clipped one keeps each token's step bounded); ``kl``: the exact per-token
+    reverse KL over each token's whole distribution, minimized directly (student and teacher need
+    ``token_distributions``; ``loss/policy_loss`` is then that KL, nats per token)."""
     max_grad_norm: float = ranged(1.0, gt=0)
     """Global gradient-norm clip (``clip_grad_norm_``; a negative max would flip the gradient). Range: > 0."""
     gamma: float = ranged(0.99, gt=0, le=1)
@@ -91,6 +100,8 @@ class OPD(OptimizerState):
 
     def __init__(self, cfg: OPDConfig, policy: Any, generator: torch.Generator | None = None) -> None:
         require(policy, TokenScorer, "policy", "OPD (per-token log-probs of the student)")
+        if cfg.loss == "kl":
+            require(policy, TokenDistributions, "policy", "OPD with algo.loss=kl (whole per-token distributions)")
         self.cfg = cfg
         self.policy = policy
         self.calls: PolicyCalls = LocalCalls(policy)
@@ -106,6 +117,8 @@ class OPD(OptimizerState):
             raise ConfigError(f"the teacher outputs actions of shape {tuple(teacher_action_shape)} but the student "
                               f"{tuple(student_action_shape)}; OPD needs the same action space")
         require(teacher, TokenScorer, "teacher", "OPD (the teacher scores the student's tokens)")
+        if self.cfg.loss == "kl":
+            require(teacher, TokenDistributions, "teacher", "OPD with algo.loss=kl (whole per-token distributions)")
         ts, ss = teacher.token_space(), self.policy.token_space()
         diff = sorted(k for k in set(ts) | set(ss) if ts.get(k) != ss.get(k))
         if diff:
@@ -129,8 +142,11 @@ class OPD(OptimizerState):
         count = 0
         for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
             mb = batch.index(idx)
-            new = self.calls("token_log_probs", mb.obs, mb.extras)
-            loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef, cfg.loss)
+            if cfg.loss == "kl":
+                loss, clip_frac = self._exact_kl(mb), torch.zeros(())
+            else:
+                new = self.calls("token_log_probs", mb.obs, mb.extras)
+                loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef, cfg.loss)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
@@ -144,3 +160,15 @@ class OPD(OptimizerState):
         out["advantage_mean"] = float(adv.mean())
         self.updates += 1
         return out
+
+    def _exact_kl(self, mb: RolloutBatch) -> torch.Tensor:
+        """Mean over the minibatch's tokens of KL(pi_S || pi_T), each token's closed form (differentiable
+        in the student)."""
+        student = self.calls("token_distributions", mb.obs, mb.extras)
+        with torch.no_grad():
+            teacher = self.teacher.token_distributions(mb.obs, mb.extras)
+        kl = torch.distributions.kl_divergence(student, teacher)
+        if kl.shape != student.batch_shape or kl.ndim != 2:
+            raise ValueError(f"token distributions of batch shape {tuple(student.batch_shape)} and "
+                             f"{tuple(teacher.batch_shape)}: OPD needs (B, K) on both sides")
+        return kl.mean()

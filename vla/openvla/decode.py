@@ -70,6 +70,24 @@ def teacher_forced(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.
                    index: torch.Tensor, temperature: float = 1.0, extra: torch.Tensor | None = None) -> DecodeOutput:
     """Log-probs and entropies (B, N) of stored action indices (B, N) (N = A, or E x A for a chunk) in
     one forward pass."""
+    h = _forced_hidden(model, pixels, prompt_ids, prompt_mask, index, extra)
+    logp, ent = _dist_terms(model.action_logits(h), temperature)
+    return DecodeOutput(index, logp.gather(-1, index[..., None]).squeeze(-1), ent, h[:, 0])
+
+
+def teacher_forced_distribution(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor,
+                                prompt_mask: torch.Tensor, index: torch.Tensor, temperature: float = 1.0,
+                                extra: torch.Tensor | None = None) -> torch.distributions.Categorical:
+    """The whole next-token distribution over the n_bins action indices at each of the N positions of
+    stored indices (B, N), each conditioned on the stored tokens before it: a ``Categorical`` of batch
+    shape (B, N) (its ``log_prob(index)`` is ``teacher_forced``'s log_prob)."""
+    h = _forced_hidden(model, pixels, prompt_ids, prompt_mask, index, extra)
+    return torch.distributions.Categorical(logits=torch.log_softmax(model.action_logits(h).float() / temperature, -1))
+
+
+def _forced_hidden(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                   index: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+    """(B, N, D) hidden states that predict each stored action index (B, N), in one forward pass."""
     embeds, mask, pos = model.embed_prefix(pixels, prompt_ids, prompt_mask, extra)
     a = index.shape[1]
     act_emb = model.embed_action_index(index[:, :-1])
@@ -77,6 +95,4 @@ def teacher_forced(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.
     mask = torch.cat([mask, torch.ones(mask.shape[0], a - 1, dtype=mask.dtype, device=mask.device)], dim=1)
     pos = torch.cat([pos, pos[:, -1:] + torch.arange(1, a, device=pos.device)[None]], dim=1)
     hidden, _ = model.backbone(embeds, mask, pos)
-    h = hidden[:, -a:]
-    logp, ent = _dist_terms(model.action_logits(h), temperature)
-    return DecodeOutput(index, logp.gather(-1, index[..., None]).squeeze(-1), ent, h[:, 0])
+    return hidden[:, -a:]

@@ -33,7 +33,7 @@ from robo_rl.config import check_ranges, ranged
 from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
 from robo_rl.rollout.normalize import RunningMeanStd
-from vla.openvla.decode import batch_decode, teacher_forced
+from vla.openvla.decode import batch_decode, teacher_forced, teacher_forced_distribution
 from vla.openvla.model import ARCH_PRESETS, OpenVLAModel, VLAArch
 from vla.openvla.text import ByteTokenizer, TextTokenizer, batch_instructions, check_prompt
 from vla.openvla.tokenizer import NormStats
@@ -323,6 +323,13 @@ class OpenVLAPolicy(nn.Module):
         pixels = self.pixels(obs["rgb"])
         return teacher_forced(self.model, pixels, extras["prompt_ids"], extras["prompt_mask"], extras["action_index"],
                               self.cfg.temperature, extra=self._extra(obs)).log_prob
+
+    def token_distributions(self, obs: dict[str, Any], extras: dict[str, Any]) -> torch.distributions.Categorical:
+        """The full 256-bin distribution at each stored action token's position (batch shape (B, A), each
+        given the stored tokens before it): what exact-KL distillation compares."""
+        pixels = self.pixels(obs["rgb"])
+        return teacher_forced_distribution(self.model, pixels, extras["prompt_ids"], extras["prompt_mask"],
+                                           extras["action_index"], self.cfg.temperature, extra=self._extra(obs))
 
     def token_space(self) -> dict[str, Any]:
         """What a token means: a teacher scoring this policy's tokens must have the same (OPD)."""

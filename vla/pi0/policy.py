@@ -26,7 +26,7 @@ from robo_rl.contracts import ArraySpec, PolicyOutput
 from robo_rl.errors import ConfigError
 from vla.openvla.text import ByteTokenizer, TextTokenizer, batch_instructions, check_prompt
 from vla.pi0.model import ARCH_PRESETS, Pi0Arch, Pi0Model, Prefix
-from vla.pi0.sampling import NoiseHead, SamplerConfig, path_log_prob, sample
+from vla.pi0.sampling import NoiseHead, SamplerConfig, path_distributions, path_log_prob, sample
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +320,13 @@ class Pi0Policy(nn.Module):
         lp, _ = path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
                               self.log_prob_mask(), self.noise_head, per_step=True)
         return lp
+
+    def token_distributions(self, obs: dict[str, Any], extras: dict[str, Any]) -> torch.distributions.Independent:
+        """The Gaussian kernel of each stochastic denoising transition of the stored paths, given the stored
+        x_k (batch shape (B, n) as ``token_log_probs``; event: the executed steps x real action dims)."""
+        pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
+        return path_distributions(self.model, pre, state, extras["path"], extras["step"], self.sampler,
+                                  self.log_prob_mask(), self.noise_head)
 
     def token_space(self) -> dict[str, Any]:
         """What a transition means: a teacher scoring this policy's paths must agree on these."""

@@ -221,3 +221,34 @@ def path_log_prob(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: to
         elements = _gaussian_elements(nxt, x + dt * v, std)[0].view(b, k, *path.shape[2:]).mean(1)
         return reduce_units(elements, mask[0], cfg.unit), en.view(b, k).sum(-1)
     return lp.view(b, k).sum(-1), en.view(b, k).sum(-1)
+
+
+def path_distributions(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: torch.Tensor, step: torch.Tensor,
+                       cfg: SamplerConfig, mask: torch.Tensor,
+                       noise_head: NoiseHead | None = None) -> torch.distributions.Independent:
+    """The Gaussian kernel of each stochastic transition of stored paths, given the stored x_k: batch shape
+    (B, n) as ``path_log_prob(per_step=True)`` (n = K for Flow-Noise, 1 for Flow-SDE), event (M,) the M
+    elements where ``mask`` (H, A) is true (executed steps x real dims). ``log_prob(x_{k+1})`` of it is
+    that per-step log-prob; ``kl_divergence`` of two of them is a closed-form per-transition KL."""
+    if mask.ndim != 2:
+        raise ValueError(f"path_distributions takes one (H, A) mask for the whole batch, got {tuple(mask.shape)}")
+    b, k = path.shape[0], path.shape[1] - 1
+    ts, dt = step_times(k, path.device)
+    keep = mask.bool()
+    if cfg.kind == "ode":
+        raise ConfigError("the ode sampler has no transition distributions; use sampler kind 'noise' or 'sde'")
+    if cfg.kind == "sde":
+        rows = torch.arange(b, device=path.device)
+        x, t = path[rows, step], ts[step]
+        v, _ = model.velocity(prefix, state, x, t)
+        mean, std = _sde_mean_std(x, v, t, dt, cfg.noise_level)
+        n = 1
+    else:
+        if noise_head is None:
+            raise ConfigError("the Flow-Noise sampler needs a noise head")
+        x = path[:, :-1].reshape(b * k, *path.shape[2:])
+        t = ts.repeat(b)
+        v, h = model.velocity(prefix.repeat(k), state.repeat_interleave(k, 0), x, t)
+        mean, std, n = x + dt * v, noise_head(h, t), k
+    mean, std = mean.float()[:, keep].view(b, n, -1), std.float()[:, keep].view(b, n, -1)
+    return torch.distributions.Independent(torch.distributions.Normal(mean, std), 1)

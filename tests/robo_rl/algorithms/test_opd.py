@@ -180,3 +180,104 @@ def test_a_teacher_trained_with_flow_sde_scores_flow_noise_through_teacher_polic
         train(cfg("renamed", {"sampler": "noise"}, {**opd, "teacher_policy": {"name": "mlp"}}))
     with pytest.raises(ConfigError, match="expected a mapping"):
         from_dict(OPDConfig, {"teacher": teacher, "teacher_policy": ["sampler=noise"]}, "algo")
+
+
+def test_exact_kl_loss_lowers_the_reverse_kl_faster_than_sampled_tokens():
+    """``loss: kl`` minimizes the closed-form per-dimension KL on the student's own states; on the same
+    rollouts and steps it ends closer to the teacher than the sampled-token estimate."""
+    probe = {"state": torch.randn(256, 4, generator=torch.Generator().manual_seed(9))}
+    ends = {}
+    for loss in ("clipped", "kl"):
+        student, teacher = _mlp(0), _mlp(1, log_std=-1.0)
+        algo = OPD(OPDConfig(teacher="unused", lr=3e-3, epochs=4, minibatches=2, loss=loss), student,
+                   generator=torch.Generator().manual_seed(0))
+        algo.set_teacher(teacher, (2,), (2,))
+        before = _kl(student, teacher, probe)
+        for it in range(10):
+            torch.manual_seed(it)
+            stats = algo.update(_rollout(student, seed=it))
+        ends[loss] = _kl(student, teacher, probe)
+        assert ends[loss] < before, (loss, before, ends[loss])
+    assert stats["policy_loss"] > 0  # the exact KL per dimension is what "kl" reports as its loss
+    assert ends["kl"] < ends["clipped"], ends
+
+
+def test_exact_kl_needs_whole_distributions_on_both_sides():
+    class ScoresOnly:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def token_log_probs(self, obs, extras):
+            return self.inner.token_log_probs(obs, extras)
+
+        def token_space(self):
+            return self.inner.token_space()
+
+        def parameters(self):
+            return self.inner.parameters()
+
+    student = _mlp(0)
+    with pytest.raises(ConfigError, match=r"OPD with algo.loss=kl"):
+        OPD(OPDConfig(teacher="unused", loss="kl"), ScoresOnly(student))
+    algo = OPD(OPDConfig(teacher="unused", loss="kl"), student)
+    with pytest.raises(ConfigError, match=r"teacher.*token_distributions"):
+        algo.set_teacher(ScoresOnly(_mlp(1)), (2,), (2,))
+    algo_sampled = OPD(OPDConfig(teacher="unused"), student)
+    algo_sampled.set_teacher(ScoresOnly(_mlp(1)), (2,), (2,))  # the sampled-token losses need log-probs only
+
+
+def test_openvla_token_distributions_hold_the_scored_tokens():
+    from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy
+
+    spec = ArraySpec((7,), "float32", -1.0, 1.0)
+    torch.manual_seed(0)
+    student = OpenVLAPolicy(OpenVLAConfig(temperature=0.7), {"rgb": ArraySpec((1, 40, 40, 3), "uint8")}, spec).eval()
+    obs = {"rgb": torch.from_numpy(np.random.default_rng(0).integers(0, 255, (3, 1, 40, 40, 3), dtype=np.uint8))}
+    with torch.no_grad():
+        out = student.act(obs)
+        dist = student.token_distributions(obs, out.extras)
+        tok = student.token_log_probs(obs, out.extras)
+    assert dist.batch_shape == (3, 7) and dist.probs.shape[-1] == student.model.action_tokenizer.n_bins
+    torch.testing.assert_close(dist.log_prob(out.extras["action_index"]), tok, atol=1e-5, rtol=0)
+    torch.manual_seed(1)
+    teacher = OpenVLAPolicy(OpenVLAConfig(temperature=0.7), {"rgb": ArraySpec((1, 40, 40, 3), "uint8")}, spec).eval()
+    algo = OPD(OPDConfig(teacher="unused", loss="kl", lr=1e-3, minibatches=1, epochs=1), student.train())
+    algo.set_teacher(teacher, (7,), (7,))
+    z = torch.zeros(3)
+    batch = RolloutBatch(obs, out.extras, out.log_prob, z, z, z)
+    first = algo.update(batch)["policy_loss"]
+    for _ in range(4):
+        last = algo.update(batch)["policy_loss"]
+    assert 0 < last < first, (first, last)
+
+
+@pytest.mark.parametrize("sampler", ["noise", "sde"])
+def test_pi0_transition_distributions_hold_the_scored_transitions(sampler):
+    from vla.pi0.policy import Pi0Policy, Pi0PolicyConfig
+
+    obs_spec = {"rgb": ArraySpec((1, 32, 32, 3), "uint8"), "state": ArraySpec((5,), "float32")}
+    spec = ArraySpec((7,), "float32", -1.0, 1.0)
+    torch.manual_seed(0)
+    student = Pi0Policy(Pi0PolicyConfig(sampler=sampler, exec_steps=3), obs_spec, spec).eval()
+    rng = np.random.default_rng(0)
+    obs = {"rgb": torch.from_numpy(rng.integers(0, 255, (4, 1, 32, 32, 3), dtype=np.uint8)),
+           "state": torch.from_numpy(rng.normal(size=(4, 5)).astype(np.float32))}
+    with torch.no_grad():
+        out = student.act(obs)
+        dist = student.token_distributions(obs, out.extras)
+        tok = student.token_log_probs(obs, out.extras)
+    path, keep = out.extras["path"], student.log_prob_mask()
+    nxt = path[:, 1:] if sampler == "noise" else path[torch.arange(4), out.extras["step"] + 1][:, None]
+    assert dist.batch_shape == tok.shape and dist.event_shape == (3 * 7,)  # executed steps x real dims
+    torch.testing.assert_close(dist.log_prob(nxt[:, :, keep]), tok, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(torch.distributions.kl_divergence(dist, dist), torch.zeros_like(tok))
+    torch.manual_seed(1)
+    teacher = Pi0Policy(Pi0PolicyConfig(sampler=sampler, exec_steps=3), obs_spec, spec).eval()
+    algo = OPD(OPDConfig(teacher="unused", loss="kl", lr=1e-3, minibatches=1, epochs=1), student)
+    algo.set_teacher(teacher, (7,), (7,))
+    z = torch.zeros(4)
+    batch = RolloutBatch(obs, out.extras, out.log_prob, z, z, z)
+    first = algo.update(batch)["policy_loss"]
+    for _ in range(4):
+        last = algo.update(batch)["policy_loss"]
+    assert 0 < last < first, (first, last)
