@@ -44,7 +44,30 @@ class _Methods(nn.Module):
         self.policy = policy
 
     def forward(self, method: str, *args: Any) -> Any:
-        return getattr(self.policy, method)(*args)
+        out = getattr(self.policy, method)(*args)
+        if isinstance(out, torch.distributions.Distribution):
+            # DDP finds the tensors the loss will depend on by walking forward's output (tensors, lists,
+            # dicts); a Distribution hides its parameters from that walk, so they ride along beside it
+            return _Dist(out, _distribution_tensors(out))
+        return out
+
+
+class _Dist(tuple):
+    """(distribution, its parameter tensors): what ``_Methods.forward`` returns for a distribution."""
+
+    def __new__(cls, dist: torch.distributions.Distribution, tensors: list[torch.Tensor]) -> _Dist:
+        return super().__new__(cls, (dist, tensors))
+
+
+def _distribution_tensors(dist: torch.distributions.Distribution) -> list[torch.Tensor]:
+    """The tensors a distribution holds (``Independent``'s base distribution included)."""
+    found: list[torch.Tensor] = []
+    for value in vars(dist).values():
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, torch.distributions.Distribution):
+            found.extend(_distribution_tensors(value))
+    return found
 
 
 class DistributedCalls:
@@ -54,7 +77,8 @@ class DistributedCalls:
         self.module = module
 
     def __call__(self, method: str, *args: Any) -> Any:
-        return self.module(method, *args)
+        out = self.module(method, *args)
+        return out[0] if isinstance(out, _Dist) else out
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist

@@ -130,3 +130,43 @@ def test_learner_requests_fail_in_one_line(local_ray):
     cfg = _cfg("algo.name=rpd", "algo.teacher=runs/x", "cluster.learner_strategy=fsdp")
     with pytest.raises(ConfigError, match="cannot run on cluster.learner_strategy='fsdp'.*supports: ddp"):
         check_algorithm(cfg)
+
+
+@pytest.mark.parametrize("loss", ["kl", "clipped"])
+def test_opd_on_ddp_learners_equals_one_process(local_ray, tmp_path, loss):
+    """OPD's exact-KL loss takes whole distributions from the student through the DDP wrapper (their
+    parameters must reach DDP's search for the tensors the loss uses); two learners with half a batch
+    each must still update like one process on the whole batch."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.build import build_algorithm, policy_from_checkpoint
+    from robo_rl.config import from_dict, to_dict
+    from robo_rl.distributed.learner import RayLearners
+    from robo_rl.run_config import TrainConfig
+
+    base = _cfg()
+    teacher_policy = _setup(base)[0]
+    with torch.no_grad():
+        for p in teacher_policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    meta = {"policy": "mlp", "obs_spec": {"state": [OBS]}, "action_spec": {"shape": [ACT], "low": -1.0, "high": 1.0},
+            "config": to_dict(base)}
+    ckpt_io.save(tmp_path / "teacher" / "checkpoints", 1, teacher_policy.state_dict(), {}, meta)
+    raw = to_dict(base)
+    raw["algo"] = {"name": "opd", "teacher": str(tmp_path / "teacher"), "loss": loss, "lr": 1e-3, "epochs": 2,
+                   "minibatches": 1}
+    cfg = from_dict(TrainConfig, raw)
+    policy, obs_spec, action_spec, batch = _setup(cfg)
+    single = copy.deepcopy(policy)
+    algo = build_algorithm(cfg.algo, single, generator=torch.Generator().manual_seed(0))
+    teacher, _, teacher_actions = policy_from_checkpoint(str(tmp_path / "teacher"))
+    algo.set_teacher(teacher, action_spec.shape, teacher_actions.shape)
+    learners = RayLearners(cfg, ray, policy, obs_spec, action_spec)
+    try:
+        want = algo.update(batch)
+        got = learners.update(batch)
+        assert want["policy_loss"] != 0 and got["policy_loss"] == pytest.approx(want["policy_loss"], abs=1e-5)
+        for k, v in single.state_dict().items():
+            assert torch.allclose(policy.state_dict()[k], v, atol=1e-5, rtol=1e-4), k
+        assert any(not torch.equal(policy.state_dict()[k], v) for k, v in _setup(cfg)[0].state_dict().items())
+    finally:
+        learners.close()
