@@ -132,9 +132,9 @@ def test_learner_requests_fail_in_one_line(local_ray):
         check_algorithm(cfg)
 
 
-@pytest.mark.parametrize("loss", ["kl", "clipped"])
-def test_opd_on_ddp_learners_equals_one_process(local_ray, tmp_path, loss):
-    """OPD's exact-KL loss takes whole distributions from the student through the DDP wrapper (their
+@pytest.mark.parametrize(("loss", "strategy"), [("kl", "ddp"), ("clipped", "ddp"), ("kl", "fsdp")])
+def test_opd_on_data_parallel_learners_equals_one_process(local_ray, tmp_path, loss, strategy):
+    """OPD's exact-KL loss takes whole distributions from the student through the DDP or FSDP wrapper (their
     parameters must reach DDP's search for the tensors the loss uses); two learners with half a batch
     each must still update like one process on the whole batch."""
     from robo_rl import checkpoint as ckpt_io
@@ -154,6 +154,7 @@ def test_opd_on_ddp_learners_equals_one_process(local_ray, tmp_path, loss):
     raw = to_dict(base)
     raw["algo"] = {"name": "opd", "teacher": str(tmp_path / "teacher"), "loss": loss, "lr": 1e-3, "epochs": 2,
                    "minibatches": 1}
+    raw["cluster"]["learner_strategy"] = strategy
     cfg = from_dict(TrainConfig, raw)
     policy, obs_spec, action_spec, batch = _setup(cfg)
     single = copy.deepcopy(policy)
