@@ -132,7 +132,7 @@ def test_learner_requests_fail_in_one_line(local_ray):
         check_algorithm(cfg)
 
 
-@pytest.mark.parametrize(("loss", "strategy"), [("kl", "ddp"), ("clipped", "ddp"), ("kl", "fsdp")])
+@pytest.mark.parametrize(("loss", "strategy"), [("kl", "ddp"), ("kl", "fsdp")])
 def test_opd_on_data_parallel_learners_equals_one_process(local_ray, tmp_path, loss, strategy):
     """OPD's exact-KL loss takes whole distributions from the student through the DDP or FSDP wrapper (their
     parameters must reach DDP's search for the tensors the loss uses); two learners with half a batch
