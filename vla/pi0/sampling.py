@@ -191,9 +191,26 @@ def path_log_prob(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: to
     Flow-SDE scores the one stochastic step of each row; Flow-Noise all K steps (the prefix is
     batch-repeated K times, so the K velocities come from a single expert forward). ``per_step``:
     (B, n) per stochastic transition instead (n = 1 for Flow-SDE, K for Flow-Noise), e.g. for OPD."""
+    b = path.shape[0]
+    mask = mask.expand_as(path[:, 0]) if mask.ndim == 2 else mask
+    nxt, mean, std = _stored_kernels(model, prefix, state, path, step, cfg, noise_head)
+    n = nxt.shape[0] // b
+    lp, en = _gaussian(nxt, mean, std, mask.repeat_interleave(n, 0))
+    if per_step:
+        return lp.view(b, n), en.view(b, n)
+    if cfg.unit != "chunk":  # the mean over the n stochastic transitions of each unit
+        elements = _gaussian_elements(nxt, mean, std)[0].view(b, n, *path.shape[2:]).mean(1)
+        return reduce_units(elements, mask[0], cfg.unit), en.view(b, n).sum(-1)
+    return lp.view(b, n).sum(-1), en.view(b, n).sum(-1)
+
+
+def _stored_kernels(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: torch.Tensor, step: torch.Tensor,
+                    cfg: SamplerConfig, noise_head: NoiseHead | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x_{k+1}, mean, std), each (B * n, H, A) row-major over (B, n), of the n stochastic transitions of each
+    stored path under the current weights: Flow-SDE's one (n = 1), Flow-Noise's K (one expert forward over the
+    prefix repeated K times)."""
     b, k = path.shape[0], path.shape[1] - 1
     ts, dt = step_times(k, path.device)
-    mask = mask.expand_as(path[:, 0]) if mask.ndim == 2 else mask
     if cfg.kind == "ode":
         raise ConfigError("the ode sampler has no log-probs; PPO needs sampler kind 'noise' or 'sde'")
     if cfg.kind == "sde":
@@ -201,26 +218,13 @@ def path_log_prob(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: to
         x, t = path[rows, step], ts[step]
         v, _ = model.velocity(prefix, state, x, t)
         mean, std = _sde_mean_std(x, v, t, dt, cfg.noise_level)
-        lp, en = _gaussian(path[rows, step + 1], mean, std, mask)
-        if per_step:
-            return lp[:, None], en[:, None]
-        if cfg.unit != "chunk":  # one stochastic transition: its elements are the units
-            return reduce_units(_gaussian_elements(path[rows, step + 1], mean, std)[0], mask[0], cfg.unit), en
-        return lp, en
+        return path[rows, step + 1], mean, std
     if noise_head is None:
         raise ConfigError("the Flow-Noise sampler needs a noise head")
-    rep = prefix.repeat(k)
     x = path[:, :-1].reshape(b * k, *path.shape[2:])
     t = ts.repeat(b)
-    v, h = model.velocity(rep, state.repeat_interleave(k, 0), x, t)
-    nxt, std = path[:, 1:].reshape(b * k, *path.shape[2:]), noise_head(h, t)
-    lp, en = _gaussian(nxt, x + dt * v, std, mask.repeat_interleave(k, 0))
-    if per_step:
-        return lp.view(b, k), en.view(b, k)
-    if cfg.unit != "chunk":  # the mean over the K transitions of each unit
-        elements = _gaussian_elements(nxt, x + dt * v, std)[0].view(b, k, *path.shape[2:]).mean(1)
-        return reduce_units(elements, mask[0], cfg.unit), en.view(b, k).sum(-1)
-    return lp.view(b, k).sum(-1), en.view(b, k).sum(-1)
+    v, h = model.velocity(prefix.repeat(k), state.repeat_interleave(k, 0), x, t)
+    return path[:, 1:].reshape(b * k, *path.shape[2:]), x + dt * v, noise_head(h, t)
 
 
 def path_distributions(model: Pi0Model, prefix: Prefix, state: torch.Tensor, path: torch.Tensor, step: torch.Tensor,
@@ -232,23 +236,8 @@ def path_distributions(model: Pi0Model, prefix: Prefix, state: torch.Tensor, pat
     that per-step log-prob; ``kl_divergence`` of two of them is a closed-form per-transition KL."""
     if mask.ndim != 2:
         raise ValueError(f"path_distributions takes one (H, A) mask for the whole batch, got {tuple(mask.shape)}")
-    b, k = path.shape[0], path.shape[1] - 1
-    ts, dt = step_times(k, path.device)
-    keep = mask.bool()
-    if cfg.kind == "ode":
-        raise ConfigError("the ode sampler has no transition distributions; use sampler kind 'noise' or 'sde'")
-    if cfg.kind == "sde":
-        rows = torch.arange(b, device=path.device)
-        x, t = path[rows, step], ts[step]
-        v, _ = model.velocity(prefix, state, x, t)
-        mean, std = _sde_mean_std(x, v, t, dt, cfg.noise_level)
-        n = 1
-    else:
-        if noise_head is None:
-            raise ConfigError("the Flow-Noise sampler needs a noise head")
-        x = path[:, :-1].reshape(b * k, *path.shape[2:])
-        t = ts.repeat(b)
-        v, h = model.velocity(prefix.repeat(k), state.repeat_interleave(k, 0), x, t)
-        mean, std, n = x + dt * v, noise_head(h, t), k
+    b, keep = path.shape[0], mask.bool()
+    _, mean, std = _stored_kernels(model, prefix, state, path, step, cfg, noise_head)
+    n = mean.shape[0] // b
     mean, std = mean.float()[:, keep].view(b, n, -1), std.float()[:, keep].view(b, n, -1)
     return torch.distributions.Independent(torch.distributions.Normal(mean, std), 1)

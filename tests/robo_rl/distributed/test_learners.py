@@ -53,6 +53,34 @@ def _setup(cfg):
     return policy, obs_spec, action_spec, batch
 
 
+def _save_teacher(base, run_dir):
+    """A teacher checkpoint under ``run_dir``: the test policy with its weights moved."""
+    from robo_rl import checkpoint as ckpt_io
+    from robo_rl.config import to_dict
+
+    teacher_policy = _setup(base)[0]
+    with torch.no_grad():
+        for p in teacher_policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    meta = {"policy": "mlp", "obs_spec": {"state": [OBS]}, "action_spec": {"shape": [ACT], "low": -1.0, "high": 1.0},
+            "config": to_dict(base)}
+    ckpt_io.save(run_dir / "checkpoints", 1, teacher_policy.state_dict(), {}, meta)
+
+
+def _teacher_guided(cfg, teacher_dir):
+    """(policy the learners update, its one-process copy, the one-process algorithm with its teacher set,
+    the learners, a batch)."""
+    from robo_rl.build import build_algorithm, policy_from_checkpoint
+    from robo_rl.distributed.learner import RayLearners
+
+    policy, obs_spec, action_spec, batch = _setup(cfg)
+    single = copy.deepcopy(policy)
+    algo = build_algorithm(cfg.algo, single, generator=torch.Generator().manual_seed(0))
+    teacher, _, teacher_actions = policy_from_checkpoint(str(teacher_dir))
+    algo.set_teacher(teacher, action_spec.shape, teacher_actions.shape)
+    return policy, single, algo, RayLearners(cfg, ray, policy, obs_spec, action_spec), batch
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_learners_equal_one_process(local_ray, strategy):
     from robo_rl.build import build_algorithm
@@ -88,27 +116,11 @@ def test_two_learners_equal_one_process(local_ray, strategy):
 def test_rpd_on_ddp_learners_equals_one_process(local_ray, tmp_path):
     """RPD's teacher term calls the student outside the DDP wrapper; the averaged gradient must still
     be the one-process gradient (a teacher checkpoint written by the test; lambda well above zero)."""
-    from robo_rl import checkpoint as ckpt_io
-    from robo_rl.build import build_algorithm, policy_from_checkpoint
-    from robo_rl.config import to_dict
-    from robo_rl.distributed.learner import RayLearners
-
     base = _cfg()
-    teacher_policy = _setup(base)[0]
-    with torch.no_grad():
-        for p in teacher_policy.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    meta = {"policy": "mlp", "obs_spec": {"state": [OBS]}, "action_spec": {"shape": [ACT], "low": -1.0, "high": 1.0},
-            "config": to_dict(base)}
-    ckpt_io.save(tmp_path / "teacher" / "checkpoints", 1, teacher_policy.state_dict(), {}, meta)
+    _save_teacher(base, tmp_path / "teacher")
     cfg = _cfg("algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}", "algo.lambda_=2.0", "algo.minibatches=1",
                "algo.epochs=3", "algo.norm_adv=false", "algo.target_kl=null")
-    policy, obs_spec, action_spec, batch = _setup(cfg)
-    single = copy.deepcopy(policy)
-    algo = build_algorithm(cfg.algo, single, generator=torch.Generator().manual_seed(0))
-    teacher, _, teacher_actions = policy_from_checkpoint(str(tmp_path / "teacher"))
-    algo.set_teacher(teacher, action_spec.shape, teacher_actions.shape)
-    learners = RayLearners(cfg, ray, policy, obs_spec, action_spec)
+    policy, single, algo, learners, batch = _teacher_guided(cfg, tmp_path / "teacher")
     try:
         want = algo.update(batch)
         got = learners.update(batch)
@@ -137,31 +149,17 @@ def test_opd_on_data_parallel_learners_equals_one_process(local_ray, tmp_path, l
     """OPD's exact-KL loss takes whole distributions from the student through the DDP or FSDP wrapper (their
     parameters must reach DDP's search for the tensors the loss uses); two learners with half a batch
     each must still update like one process on the whole batch."""
-    from robo_rl import checkpoint as ckpt_io
-    from robo_rl.build import build_algorithm, policy_from_checkpoint
     from robo_rl.config import from_dict, to_dict
-    from robo_rl.distributed.learner import RayLearners
     from robo_rl.run_config import TrainConfig
 
     base = _cfg()
-    teacher_policy = _setup(base)[0]
-    with torch.no_grad():
-        for p in teacher_policy.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    meta = {"policy": "mlp", "obs_spec": {"state": [OBS]}, "action_spec": {"shape": [ACT], "low": -1.0, "high": 1.0},
-            "config": to_dict(base)}
-    ckpt_io.save(tmp_path / "teacher" / "checkpoints", 1, teacher_policy.state_dict(), {}, meta)
+    _save_teacher(base, tmp_path / "teacher")
     raw = to_dict(base)
     raw["algo"] = {"name": "opd", "teacher": str(tmp_path / "teacher"), "loss": loss, "lr": 1e-3, "epochs": 2,
                    "minibatches": 1}
     raw["cluster"]["learner_strategy"] = strategy
     cfg = from_dict(TrainConfig, raw)
-    policy, obs_spec, action_spec, batch = _setup(cfg)
-    single = copy.deepcopy(policy)
-    algo = build_algorithm(cfg.algo, single, generator=torch.Generator().manual_seed(0))
-    teacher, _, teacher_actions = policy_from_checkpoint(str(tmp_path / "teacher"))
-    algo.set_teacher(teacher, action_spec.shape, teacher_actions.shape)
-    learners = RayLearners(cfg, ray, policy, obs_spec, action_spec)
+    policy, single, algo, learners, batch = _teacher_guided(cfg, tmp_path / "teacher")
     try:
         want = algo.update(batch)
         got = learners.update(batch)
