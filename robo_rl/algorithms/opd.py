@@ -14,9 +14,9 @@ identical to its teacher is left unchanged. The runner loads the teacher (``set_
 ``loss: kl`` replaces the sampled-token estimate by the exact reverse KL of each token's whole
 distribution, KL(pi_S(.|s, x_<i) || pi_T(.|s, x_<i)) in closed form (256 bins of an action token, the
 Gaussian kernel of a denoising transition, an action dimension's Gaussian), at the student's own rollout
-states and recorded prefixes, minimized directly: no advantage, no ratio, one sample per position
-instead of one per rollout, so the gradient carries the teacher's view of every token the student could
-have drawn (generalized KD's on-policy loss). It does not differentiate through which prefixes were drawn.
+states and recorded prefixes, minimized directly: no advantage and no ratio, and the gradient carries the
+teacher's view of every token the student could have drawn at a position, not only of the one it drew
+(generalized KD's on-policy loss). It does not differentiate through which prefixes were drawn.
 """
 
 from __future__ import annotations
