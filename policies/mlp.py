@@ -95,7 +95,7 @@ class GaussianActorCritic(nn.Module):
 
     def token_distributions(self, obs: dict[str, torch.Tensor], extras: dict[str, Any]) -> torch.distributions.Normal:
         """The Gaussian of each action dimension (batch shape (B, A), as ``token_log_probs``)."""
-        return self._dist(self.actor(self._features(obs)))
+        return self.action_distribution(obs)
 
     def token_space(self) -> dict[str, Any]:
         """What an action dimension means (a teacher scoring this policy's actions must agree)."""

@@ -82,7 +82,7 @@ def teacher_forced_distribution(model: OpenVLAModel, pixels: torch.Tensor, promp
     stored indices (B, N), each conditioned on the stored tokens before it: a ``Categorical`` of batch
     shape (B, N) (its ``log_prob(index)`` is ``teacher_forced``'s log_prob)."""
     h = _forced_hidden(model, pixels, prompt_ids, prompt_mask, index, extra)
-    return torch.distributions.Categorical(logits=torch.log_softmax(model.action_logits(h).float() / temperature, -1))
+    return torch.distributions.Categorical(logits=model.action_logits(h).float() / temperature)  # normalizes itself
 
 
 def _forced_hidden(model: OpenVLAModel, pixels: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
