@@ -248,3 +248,26 @@ def test_state_clip_bounds_the_normalized_state_and_leaves_in_range_states_alone
     assert clipped.state({"state": far}, 1)[0, :2].tolist() == [3.0, -3.0]
     with pytest.raises(ConfigError, match="state_clip"):
         Pi0PolicyConfig(state_clip=0.0)
+
+
+def test_use_state_false_ignores_the_state_and_checkpoints_refuse_the_other_setting(tmp_path):
+    """policy.use_state=false: actions do not depend on obs['state'] (they do with it on); the setting
+    travels in state dicts and robo-rl directories, and loading weights trained the other way is refused."""
+    blind, seeing = _policy(use_state=False), _policy()
+    a, b = _obs(), _obs()
+    b["state"] = b["state"] + 3.0
+    with torch.no_grad():
+        assert torch.equal(blind.act(a, deterministic=True).actions, blind.act(b, deterministic=True).actions)
+        assert not torch.equal(seeing.act(a, deterministic=True).actions, seeing.act(b, deterministic=True).actions)
+    assert float(blind.state_dict()["uses_state"]) == 0.0
+    with pytest.raises(ConfigError, match="trained without the state.*set policy.use_state: false"):
+        _policy().load_state_dict(blind.state_dict())
+    with pytest.raises(ConfigError, match="trained with the state.*set policy.use_state: true"):
+        _policy(use_state=False).load_state_dict(seeing.state_dict())
+    old = {k: v for k, v in seeing.state_dict().items() if k != "uses_state"}  # saved before the setting existed
+    _policy().load_state_dict(old)
+    blind.save_pretrained(tmp_path / "blind")
+    with pytest.raises(ConfigError, match="trained without the state"):
+        Pi0Policy(Pi0PolicyConfig(checkpoint=str(tmp_path / "blind"), exec_steps=3), OBS_SPEC, ACT)
+    again = Pi0Policy(Pi0PolicyConfig(checkpoint=str(tmp_path / "blind"), exec_steps=3, use_state=False), OBS_SPEC, ACT)
+    assert float(again.uses_state) == 0.0

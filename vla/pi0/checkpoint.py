@@ -88,6 +88,8 @@ class LoadedPi0:
     """robo-rl only: ``value_head.*`` / ``noise_head.*`` tensors."""
     cameras: tuple[int, ...] | None = None
     """robo-rl only: the policy's camera selection when it was saved."""
+    use_state: bool | None = None
+    """robo-rl only: whether it was trained with the proprioceptive state (None: other layouts, unknown)."""
 
 
 def _read_json(file: Path) -> Any:
@@ -212,7 +214,10 @@ def _load_ours(path: Path) -> LoadedPi0:
             raise CheckpointError(f"'{path / HEADS_FILE}' is not a readable safetensors file ({_one_line(err)})") from None
     arch = Pi0Arch.from_hf_config(hf.config, cameras=int(meta.get("model_cameras") or len(cameras)))
     model = Pi0Model(arch, hf).eval()
-    return LoadedPi0(model, _tokenizer(path, hf.config), norm, "robo-rl", heads, cameras)
+    use_state = meta.get("use_state", True)
+    if not isinstance(use_state, bool):
+        raise CheckpointError(f"'{path / META_FILE}' use_state must be true or false; got {use_state!r}")
+    return LoadedPi0(model, _tokenizer(path, hf.config), norm, "robo-rl", heads, cameras, use_state)
 
 
 def load_heads(policy: Any, heads: dict[str, torch.Tensor], source: str | Path) -> None:
@@ -253,7 +258,7 @@ def save_pretrained(policy: Any, path: str | Path) -> Path:
         if isinstance(policy.text, HFTokenizer):
             policy.text.save(tmp)
         meta = {"format": OUR_FORMAT, "version": OUR_VERSION, "cameras": [int(c) for c in policy.cfg.cameras],
-                "model_cameras": int(policy.model.arch.cameras),
+                "model_cameras": int(policy.model.arch.cameras), "use_state": bool(policy.cfg.use_state),
                 "norm": {k: getattr(policy, k).detach().cpu().tolist() for k in NORM_KEYS}}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))  # last: marks a complete directory
         replace_dir(tmp, path)

@@ -64,6 +64,11 @@ class Pi0PolicyConfig:
     (pi_RL's parametrisation, with bounds [0.08, 0.16] in its configs)."""
     default_instruction: str = "complete the task"
     """Instruction used when the observation carries none."""
+    use_state: bool = True
+    """Feed the proprioceptive state to the action expert (false: zeros in its place, the policy acts from
+    images and instruction alone, as OpenVLA does on LIBERO). A state beside a weak vision tower is a
+    shortcut: the expert can fit the demonstrations from the state's phase cues and never learn where the
+    goal is in the image. Checkpoints record it; loading one trained the other way is an error."""
     state_clip: float | None = ranged(None, gt=0)
     """Clip the normalized state to +-this many standard deviations (null: no clip). A state far outside
     the demonstrations (an end-effector orientation the expert never held) otherwise enters the model
@@ -90,6 +95,21 @@ class Pi0PolicyConfig:
                               "log-probability for PPO; use noise_level > 0 (e.g. 0.5), or sampler ode for evaluation")
 
 
+def _state_use_error(source: str, trained_with: bool) -> str:
+    return (f"{source} was trained {'with' if trained_with else 'without'} the state but the config says "
+            f"policy.use_state: {str(not trained_with).lower()}; set policy.use_state: {str(trained_with).lower()}")
+
+
+def _check_state_use(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """Load pre-hook: state dicts saved before ``uses_state`` existed were trained with the state; one
+    trained the other way than the policy is configured is refused (its inputs would mean something else)."""
+    key = prefix + "uses_state"
+    trained_with = bool(float(state_dict[key])) if key in state_dict else True
+    state_dict[key] = torch.tensor(float(trained_with))
+    if trained_with != module.cfg.use_state:
+        raise ConfigError(_state_use_error("the pi0 weights being loaded", trained_with))
+
+
 class Pi0Policy(nn.Module):
     """``Policy`` over a ``Pi0Model``; see the module docstring for shapes."""
 
@@ -106,15 +126,15 @@ class Pi0Policy(nn.Module):
 
                 loaded = load_pretrained(cfg.checkpoint, asset_id=cfg.norm_asset_id)
                 model, text_tokenizer = loaded.model, loaded.text_tokenizer
-                norm, heads = loaded.norm, loaded.heads
+                norm, heads, loaded_use_state = loaded.norm, loaded.heads, loaded.use_state
                 if norm is None and cfg.require_norm_stats:
                     raise ConfigError(f"pi0 checkpoint '{cfg.checkpoint}' carries no normalization statistics (state/action "
                                       "mean and std); its actions would come out in normalized units. Use a checkpoint "
                                       "with them, or set policy.require_norm_stats: false when SFT fits them from demos")
             else:
-                model, norm, heads = Pi0Model(ARCH_PRESETS[cfg.arch]), None, None
+                model, norm, heads, loaded_use_state = Pi0Model(ARCH_PRESETS[cfg.arch]), None, None, None
         else:
-            norm, heads = None, None
+            norm, heads, loaded_use_state = None, None, None
         self.model = model
         arch: Pi0Arch = model.arch
         self.text = text_tokenizer or ByteTokenizer()
@@ -147,6 +167,11 @@ class Pi0Policy(nn.Module):
         self.register_buffer("state_std", torch.ones(arch.max_state_dim))
         self.register_buffer("action_mean", torch.zeros(arch.max_action_dim))
         self.register_buffer("action_std", torch.ones(arch.max_action_dim))
+        # 1.0 / 0.0: whether the weights were trained with the state (travels in every state dict)
+        self.register_buffer("uses_state", torch.tensor(float(cfg.use_state)))
+        self.register_load_state_dict_pre_hook(_check_state_use)
+        if loaded_use_state is not None and loaded_use_state != cfg.use_state:
+            raise ConfigError(_state_use_error(f"pi0 checkpoint '{cfg.checkpoint}'", loaded_use_state))
         if norm is not None:
             self._check_norm_dims(norm, obs_spec is not None, action_spec is not None)
             self.set_norm_stats(**norm)
@@ -231,9 +256,10 @@ class Pi0Policy(nn.Module):
         return img.to(self.action_mean.device)
 
     def state(self, obs: dict[str, Any], batch: int) -> torch.Tensor:
-        """(B, max_state_dim) normalized, zero-padded (zeros when the env gives no state)."""
+        """(B, max_state_dim) normalized, zero-padded (zeros when the env gives no state or
+        ``use_state`` is off)."""
         d = self.model.arch.max_state_dim
-        if "state" not in obs:
+        if "state" not in obs or not self.cfg.use_state:
             return torch.zeros(batch, d, device=self.action_mean.device)
         s = torch.as_tensor(obs["state"], dtype=torch.float32).to(self.action_mean.device)
         if s.shape[-1] > d:
