@@ -458,11 +458,16 @@ def specs_from_meta(meta: dict[str, Any], ckpt: Path) -> tuple[dict[str, Any], A
 
 
 def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], ckpt: Path) -> None:
-    """Strict load with a one-line message on name/shape mismatch."""
+    """Strict load with a one-line message on name/shape mismatch. A module's load pre-hooks may fill
+    entries that older checkpoints lack (e.g. a flag whose default they were trained with); what is
+    still missing after them is an error (the module is then partly loaded and must not be used)."""
     own = module.state_dict()
-    missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     bad_shape = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
+    if unexpected or bad_shape:
+        missing = sorted(set(own) - set(state))
+    else:
+        missing = sorted(module.load_state_dict(state, strict=False).missing_keys)
     if missing or unexpected or bad_shape:
         parts = []
         if missing:
@@ -473,4 +478,3 @@ def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], ckpt: Pat
             k = bad_shape[0]
             parts.append(f"shape of '{k}' is {tuple(state[k].shape)} but the model has {tuple(own[k].shape)}")
         raise CheckpointError(f"checkpoint '{ckpt}' does not match this model: {'; '.join(parts)}")
-    module.load_state_dict(state)

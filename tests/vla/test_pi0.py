@@ -271,3 +271,21 @@ def test_use_state_false_ignores_the_state_and_checkpoints_refuse_the_other_sett
         Pi0Policy(Pi0PolicyConfig(checkpoint=str(tmp_path / "blind"), exec_steps=3), OBS_SPEC, ACT)
     again = Pi0Policy(Pi0PolicyConfig(checkpoint=str(tmp_path / "blind"), exec_steps=3, use_state=False), OBS_SPEC, ACT)
     assert float(again.uses_state) == 0.0
+
+
+def test_a_run_checkpoint_from_before_use_state_loads_as_trained_with_the_state(tmp_path):
+    """``robo_rl.checkpoint.load_into`` (run checkpoints, run.init_from): a state dict without ``uses_state``
+    loads into a policy that uses the state, and is refused by one that does not."""
+    from robo_rl.checkpoint import load_into
+    from robo_rl.errors import CheckpointError
+
+    src = _policy()
+    old = {k: v for k, v in src.state_dict().items() if k != "uses_state"}
+    dst = _policy()
+    torch.nn.init.zeros_(dst.value_head[0].weight)
+    load_into(dst, old, tmp_path)
+    assert torch.equal(dst.value_head[0].weight, src.value_head[0].weight)
+    with pytest.raises(ConfigError, match="set policy.use_state: true"):
+        load_into(_policy(use_state=False), old, tmp_path)
+    with pytest.raises(CheckpointError, match="missing"):
+        load_into(_policy(), {k: v for k, v in old.items() if k != "state_mean"}, tmp_path)
