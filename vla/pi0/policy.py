@@ -126,15 +126,17 @@ class Pi0Policy(nn.Module):
 
                 loaded = load_pretrained(cfg.checkpoint, asset_id=cfg.norm_asset_id)
                 model, text_tokenizer = loaded.model, loaded.text_tokenizer
-                norm, heads, loaded_use_state = loaded.norm, loaded.heads, loaded.use_state
+                norm, heads = loaded.norm, loaded.heads
+                if loaded.use_state is not None and loaded.use_state != cfg.use_state:
+                    raise ConfigError(_state_use_error(f"pi0 checkpoint '{cfg.checkpoint}'", loaded.use_state))
                 if norm is None and cfg.require_norm_stats:
                     raise ConfigError(f"pi0 checkpoint '{cfg.checkpoint}' carries no normalization statistics (state/action "
                                       "mean and std); its actions would come out in normalized units. Use a checkpoint "
                                       "with them, or set policy.require_norm_stats: false when SFT fits them from demos")
             else:
-                model, norm, heads, loaded_use_state = Pi0Model(ARCH_PRESETS[cfg.arch]), None, None, None
+                model, norm, heads = Pi0Model(ARCH_PRESETS[cfg.arch]), None, None
         else:
-            norm, heads, loaded_use_state = None, None, None
+            norm, heads = None, None
         self.model = model
         arch: Pi0Arch = model.arch
         self.text = text_tokenizer or ByteTokenizer()
@@ -170,8 +172,6 @@ class Pi0Policy(nn.Module):
         # 1.0 / 0.0: whether the weights were trained with the state (travels in every state dict)
         self.register_buffer("uses_state", torch.tensor(float(cfg.use_state)))
         self.register_load_state_dict_pre_hook(_check_state_use)
-        if loaded_use_state is not None and loaded_use_state != cfg.use_state:
-            raise ConfigError(_state_use_error(f"pi0 checkpoint '{cfg.checkpoint}'", loaded_use_state))
         if norm is not None:
             self._check_norm_dims(norm, obs_spec is not None, action_spec is not None)
             self.set_norm_stats(**norm)
