@@ -40,7 +40,7 @@ def _size(path: Path) -> int:
 
 def dry_run(cfg: TrainConfig) -> dict[str, Any]:
     from robo_rl.registry import ALGORITHMS
-    from robo_rl.runners.train import check_local_cpus, missing_inputs
+    from robo_rl.runners.checks import check_local_cpus, missing_inputs
 
     if getattr(ALGORITHMS.get(cfg.algo.name), "offline", False):
         from robo_rl.runners.offline import check_offline_config

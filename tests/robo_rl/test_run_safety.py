@@ -261,7 +261,7 @@ def test_forked_children_do_not_keep_the_lock(tmp_path):
 def test_resume_config_check_names_binding_changes_and_allows_safe_ones(caplog):
     from robo_rl.config import load, to_dict
     from robo_rl.run_config import TrainConfig
-    from robo_rl.runners.train import check_resume_config
+    from robo_rl.runners.checks import check_resume_config
 
     base = load(TrainConfig, REPO / "configs/quickstart.yaml", ["policy.hidden=[8,8]"])
     meta = {"config": json.loads(json.dumps(to_dict(base)))}
