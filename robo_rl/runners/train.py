@@ -287,7 +287,11 @@ class Trainer:
         rc, st, env = self.cfg.run, self.state, self.env
         it_start = time.monotonic()
         steps_before = st.env_steps
-        traj, steps = source.collect()
+        try:
+            traj, steps = source.collect()
+        except Exception:  # (a simulator that failed for good): the last update is kept before the error
+            self._save_before_failure()
+            raise
         batch = self.algo.prepare(traj)
         if self.device.type != "cpu":
             batch = batch.to(self.device)
@@ -319,6 +323,21 @@ class Trainer:
                      st.wall_time / 60, res_eval.success_rate, lo, hi)
             st.wall_time = time.monotonic() - t_start
         return row
+
+    def _save_before_failure(self) -> None:
+        """Checkpoint the state after the last completed update when collection fails (an env worker
+        that cannot be restarted, a Ray node lost), so that ``robo-rl train --resume`` continues from it;
+        a failure to save is logged and the original error goes on."""
+        st = self.state
+        if st.iteration == 0 or self._saved_step == st.env_steps:
+            return
+        try:
+            path = self.save_checkpoint()
+        except Exception as err:  # noqa: BLE001 - the collection error is the one to report
+            log.error("could not save a checkpoint after the rollout failure (%s: %s)", type(err).__name__, err)
+            return
+        log.error("rollout failed at env step %d; saved %s first: continue with 'robo-rl train --resume %s'",
+                  st.env_steps, path, self.run_dir)
 
     def _finish(self, stop_reason: str) -> dict[str, Any]:
         """Learning curve, final evaluation (and video); writes and returns summary.json's content."""

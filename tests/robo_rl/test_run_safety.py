@@ -530,3 +530,48 @@ def test_resuming_the_same_checkpoint_twice_trains_the_same(small_run, need_mani
         weights.append(ck.load_model_state(ck.resolve(run)))
         assert _steps(run) == [32, 64, 96, 128]
     _assert_same(weights[0], weights[1])
+
+
+def test_a_rollout_that_fails_for_good_keeps_the_last_update_and_the_run_resumes(fake_env, tmp_path, caplog):
+    """An env that breaks mid-run (a worker that cannot be restarted) ends the run with its error, but the
+    state after the last completed update is saved first and ``resume`` continues from it."""
+    import logging
+
+    from robo_rl.config import from_dict
+    from robo_rl.errors import SimulatorUnavailable
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.train import Trainer, make_run_dir, resume
+
+    cfg = from_dict(TrainConfig, {
+        "env": {"name": fake_env, "num_envs": 4, "max_episode_steps": 8},
+        "policy": {"name": "mlp", "hidden": [16]},
+        "algo": {"name": "ppo", "minibatches": 2, "epochs": 1},
+        "run": {"total_env_steps": 320, "rollout_steps": 16, "eval_every_steps": 0, "final_eval_episodes": 0,
+                "video": False, "progress": False, "tensorboard": False, "out_dir": str(tmp_path), "name": "f"}})
+    trainer: list = []
+    weights: dict = {}
+
+    def break_env(row):  # after the 2nd update every step fails, as a worker that will not start again
+        if row["iteration"] == 2:
+            weights.update({k: v.clone() for k, v in trainer[0].policy.state_dict().items()})
+
+            def fail(actions):
+                raise SimulatorUnavailable("env worker 0 did not start within 180s")
+            trainer[0].env.step = fail
+        return False
+
+    trainer.append(Trainer(cfg, make_run_dir(cfg), on_iteration=break_env))
+    with caplog.at_level(logging.ERROR, logger="robo_rl.runners.train"):
+        with pytest.raises(SimulatorUnavailable, match="did not start"):
+            trainer[0].run()
+    assert "robo-rl train --resume" in caplog.text
+    run = tmp_path / "f"
+    ckpt = ck.resolve(run)
+    meta = ck.read_meta(ckpt)
+    assert (meta["env_steps"], meta["iteration"]) == (128, 2)  # 2 updates of 16 x 4 steps, none after
+    saved = ck.load_model_state(ckpt)
+    _assert_same({k: saved[k] for k in weights}, weights, "weights after the 2nd update")
+    summary = resume(run)
+    assert summary["env_steps"] >= 320 and summary["stop_reason"] == "total_env_steps"
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [int(r["iteration"]) for r in rows] == list(range(1, summary["iterations"] + 1))
