@@ -10,7 +10,9 @@
 # (its checkpoints/latest is enough). Writes $OUT/libero_recipe.log, before.json, after.json, gpu_util.csv,
 # metrics.csv. Knobs: RECIPE_MINUTES (RL minutes, default 4), RECIPE_ENVS (default 32), RECIPE_EPISODES
 # (official init states per task, default 20), RECIPE_TASKS (default libero_spatial/0,libero_spatial/2),
-# RECIPE_DEVICE (default cuda), RECIPE_GL (default egl), RECIPE_SFT (the SFT run).
+# RECIPE_DEVICE (default cuda), RECIPE_GL (default egl), RECIPE_SFT (the SFT run), RECIPE_CONFIG (the GRPO
+# config; the pi0-style pipeline: RECIPE_CONFIG=configs/grpo_pi0_small_libero.yaml
+# RECIPE_SFT=runs/pi0-small-sft-libero, made by configs/pi0_small_sft_libero.yaml).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/recipe_out}
@@ -24,6 +26,7 @@ TASKS=${RECIPE_TASKS:-libero_spatial/0,libero_spatial/2}
 DEVICE=${RECIPE_DEVICE:-cuda}
 GL=${RECIPE_GL:-egl}
 SFT=${RECIPE_SFT:-runs/openvla-small-sft-libero}
+CONFIG=${RECIPE_CONFIG:-configs/grpo_openvla_small_libero.yaml}
 mkdir -p "$OUT" "$SITE"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 
@@ -53,7 +56,7 @@ main() {
   ntasks=$(echo "$TASKS" | tr ',' '\n' | wc -l)
   ids=$(echo "$TASKS" | tr ',' '\n' | sed 's|.*/||' | paste -sd, -)
   t2=$(date +%s)
-  $PY -m robo_rl.cli train configs/grpo_openvla_small_libero.yaml "run.init_from=$SFT" "run.device=$DEVICE" \
+  $PY -m robo_rl.cli train "$CONFIG" "run.init_from=$SFT" "run.device=$DEVICE" \
     "env.task_ids=[$ids]" "env.num_envs=$ENVS" "${place[@]}" "algo.min_groups=$(( ENVS / 4 / 2 > ntasks ? ENVS / 4 / 2 : ntasks ))" \
     "run.max_minutes=$MINUTES" "run.out_dir=$OUT/runs" run.name=grpo run.torch_threads=4 run.progress=false \
     run.tensorboard=false || return 1
