@@ -80,7 +80,8 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--via-ros", metavar="ROBOT_YAML", help="evaluate through the ROS 2 bridge against the simulated robot process")
     e.add_argument("overrides", nargs="*", help="env.key=value / policy.key=value overrides of the checkpoint's config, "
                    "e.g. an OOD variation or a pi0 sampler setting (policy.noise_level=0 with --stochastic); with "
-                   "--benchmark only where the envs run (env.gl=egl, env.render_gpu, env.envs_per_worker, ...)")
+                   "--benchmark where the envs run (env.gl=egl, env.render_gpu, env.envs_per_worker, ...) and how "
+                   "the policy acts (policy.sampler=ode with --stochastic: ODE from sampled noise)")
     e.add_argument("--allow-large", action="store_true",
                    help="build the checkpoint's model even above 100M parameters")
     e.set_defaults(fn=cmd_eval)

@@ -16,7 +16,8 @@ Results JSON (schema 1): ``{"schema", "benchmark", "varies", "checkpoint", "seed
 successes, return sum, per-env episode outcomes (0/1)]}, "episodes", "successes", "success_rate", "ci95": [low, high], "mean_return"}},
 "aggregate": {"mean", "mean_low", "mean_high", "iqm_over_tasks", "tasks"}}`` (per-task CIs from the
 bootstrap of the task's episodes; the mean over tasks with rliable's stratified bootstrap over episodes);
-``"actions": "sampled"`` after the header's ``strengths`` when actions were sampled, not greedy.
+``"actions": "sampled"`` after the header's ``strengths`` when actions were sampled, not greedy, and
+``"policy_settings"`` when ``policy.KEY=VALUE`` overrides changed how the policy acts (e.g. a pi0 sampler).
 A file resumes only an evaluation with the same keys up to ``env`` (its identity); another is refused.
 """
 
@@ -179,11 +180,15 @@ def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: st
 
 
 def check_placement_overrides(overrides: list[str] | tuple[str, ...]) -> None:
-    """One-line error for benchmark overrides other than ``env.KEY=VALUE`` with KEY in ``PLACEMENT_KEYS``."""
-    bad = [o for o in overrides if not o.startswith("env.") or o.partition("=")[0][4:] not in PLACEMENT_KEYS]
+    """One-line error for benchmark overrides other than ``env.KEY=VALUE`` with KEY in ``PLACEMENT_KEYS``
+    and ``policy.KEY=VALUE`` (how the policy acts, e.g. a pi0 sampler: the episodes stay the same)."""
+    bad = [o for o in overrides
+           if not (o.startswith("env.") and o.partition("=")[0][4:] in PLACEMENT_KEYS)
+           and not (o.startswith("policy.") and "." not in o.partition("=")[0][7:] and o.partition("=")[0][7:])]
     if bad:
         raise ConfigError(f"--benchmark fixes the episodes; its overrides may only say where the envs run "
-                          f"(env.{', env.'.join(PLACEMENT_KEYS)}); got {', '.join(bad)}")
+                          f"(env.{', env.'.join(PLACEMENT_KEYS)}) or how the policy acts (policy.KEY=VALUE, "
+                          f"e.g. policy.sampler=ode); got {', '.join(bad)}")
 
 
 def _placed(config: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> Any:
@@ -192,7 +197,16 @@ def _placed(config: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> A
     from robo_rl.run_config import TrainConfig
 
     check_placement_overrides(overrides)
-    return from_dict(TrainConfig, apply_overrides(config, list(overrides))).env
+    return from_dict(TrainConfig, apply_overrides(config, [o for o in overrides if o.startswith("env.")])).env
+
+
+def policy_settings(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``policy.KEY=VALUE`` overrides as {KEY: parsed value} (checked against the checkpoint's policy
+    config when it is loaded)."""
+    from robo_rl.config import apply_overrides
+
+    check_placement_overrides(overrides)
+    return apply_overrides({"policy": {}}, [o for o in overrides if o.startswith("policy.")])["policy"]
 
 
 def _identity(env_cfg: Any) -> dict[str, Any]:
@@ -306,7 +320,8 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     episodes per task in ``<out>.media/`` (policies run through the vector envs; not the expert).
     ``task`` for a LIBERO checkpoint: comma-separated SUITE/INDEX tasks (e.g. the ones it trained on);
     ``stochastic``: sampled actions instead of the greedy ones (part of the file's identity);
-    ``env_overrides``: ``env.KEY=VALUE`` for ``PLACEMENT_KEYS`` only; ``device``: where the policy runs."""
+    ``env_overrides``: ``env.KEY=VALUE`` for ``PLACEMENT_KEYS`` and ``policy.KEY=VALUE`` inference settings
+    (recorded in the file's identity as ``policy_settings``); ``device``: where the policy runs."""
     from robo_rl.build import load_run, policy_from_checkpoint
     from robo_rl.eval.stats import success_ci
 
@@ -325,8 +340,9 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         run = load_run(checkpoint)
         label = str(run.ckpt)
         train_env = run.config.env
-        if env_overrides:
+        if any(o.startswith("env.") for o in env_overrides):
             train_env = _placed(run.meta["config"], env_overrides)
+    settings = policy_settings(env_overrides)
     if env_overrides and reference:
         raise ConfigError(f"env overrides apply to checkpoints; the {checkpoint} reference runs on this machine's CPU")
     if stochastic and checkpoint in ("random", "expert"):
@@ -343,7 +359,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     if not reference:
         from robo_rl.rollout.device import on_device, place, resolve_device
 
-        policy, obs_spec, _ = policy_from_checkpoint(run)
+        policy, obs_spec, _ = policy_from_checkpoint(run, settings or None, settings_key="policy")
         where = resolve_device(device, "--device")
         policy = on_device(place(policy, where), where)  # CPU tensors in and out, the forward passes on ``where``
         if bench.needs_rgb and "rgb" not in obs_spec:
@@ -354,6 +370,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         "schema": SCHEMA, "benchmark": name, "varies": bench.varies, "checkpoint": label, "seed": seed,
         "episodes_per_task": episodes, "block": block, "strengths": [float(x) for x in strengths],
         **({"actions": "sampled"} if stochastic else {}),
+        **({"policy_settings": settings} if settings else {}),  # e.g. another sampler: other actions
         **({"policy_device": device} if device != "cpu" else {}),  # sampling and rounding differ by device
         "task_set": list(envs), "env": _identity(train_env)}))
     results: dict[str, Any] = {**header, "environment": _environment(bench.sim, next(iter(envs.values()))[0]),

@@ -8,7 +8,8 @@ It publishes sensor_msgs/JointState (reliable) at ``rate`` Hz with the positions
 reliable) and a std_msgs/String instruction; it receives Float64MultiArray or JointTrajectory commands
 and runs ``events`` one after another, each ``after`` seconds after the previous one (the first after the
 first command arrived, or after the start with ``"events_from": "start"``): ``{"estop": bool}`` publishes
-std_msgs/Bool on /estop, ``{"push": [..]}`` moves the arm (as a person pushing it would), ``{"reset":
+std_msgs/Bool on /estop, ``{"push": [..], "hold": s}`` moves the arm (as a person pushing it would) and keeps it there
+for ``s`` seconds (default 0) whatever is commanded, as a hand holding it would, ``{"reset":
 true}`` calls the ``reset_service`` (std_srvs/Trigger), ``{"silent": d}`` stops publishing for d seconds,
 ``{"transition": "configure"|"activate"|...}`` asks the policy node's lifecycle service
 (lifecycle_msgs/ChangeState; ``"wait": true`` blocks until it answered), ``{"end": true}`` ends the run. Each event's wall-clock time is
@@ -56,19 +57,21 @@ def main() -> None:
     published: list = []
     replies: list = []
     trajectory = spec.get("command_type", "Float64MultiArray") == "JointTrajectory"
+    held_until = [0.0]  # a push holding the arm: commands do not move it before this time
 
     def on_command(msg) -> None:
         now = time.time()
         with lock:
+            free = now >= held_until[0]
             if trajectory:
                 pts = [list(p.positions) for p in msg.points]
                 times = [p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec for p in msg.points]
                 commands.append({"t": now, "points": pts, "times": times, "joint_names": list(msg.joint_names)})
-                if pts:
+                if pts and free:
                     q[:] = pts[0]
             else:
                 commands.append({"t": now, "data": list(msg.data)})
-                if len(msg.data) == len(q):
+                if len(msg.data) == len(q) and free:
                     q[:] = list(msg.data)
 
     node.create_subscription(JointTrajectory if trajectory else Float64MultiArray, spec["command_topic"], on_command,
@@ -129,6 +132,7 @@ def main() -> None:
             if "push" in ev:
                 with lock:
                     q[:] = ev["push"]
+                    held_until[0] = time.time() + float(ev.get("hold", 0.0))
             if ev.get("reset"):
                 reset_client.wait_for_service(timeout_sec=5.0)
                 reset_client.call_async(Trigger.Request()).add_done_callback(on_reset_done)

@@ -117,8 +117,10 @@ def test_signal_sends_the_final_hold_and_exits_within_a_second(tmp_path, transpo
 
 
 def test_estop_latches_until_the_reset_service_with_fresh_inputs(tmp_path):
+    # the push holds the arm for 0.8 s: a hold computed before the node saw the push and arriving after it
+    # would otherwise move the simulated arm straight back (under load the node's ticks lag the robot's)
     pushed = [0.8] * len(JOINTS)
-    events = [{"after": 1.0, "estop": True}, {"after": 1.0, "estop": False}, {"after": 0.5, "push": pushed},
+    events = [{"after": 1.0, "estop": True}, {"after": 1.0, "estop": False}, {"after": 0.5, "push": pushed, "hold": 0.8},
               {"after": 1.0, "silent": 1.6}, {"after": 0.9, "reset": True}, {"after": 1.7, "reset": True},
               {"after": 1.5, "end": True}]
     s = Session(tmp_path, "rclpy", {"events": events, "quiet_exit": 1.0})

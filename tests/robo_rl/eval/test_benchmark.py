@@ -74,6 +74,28 @@ def test_placement_overrides_change_where_envs_run_not_the_episodes(need_maniski
     assert not (tmp_path / "c.json").exists()
 
 
+def test_policy_settings_are_part_of_the_evaluation_and_bad_ones_fail_before_the_file(need_maniskill, run_dir, tmp_path):
+    """policy.KEY=VALUE changes how the checkpoint acts (here the MLP's activation; a pi0 sampler in use):
+    recorded as policy_settings, so a file made without it is not resumed with it; an unknown key or one
+    the weights cannot take is a one-line error before the results file exists."""
+    from robo_rl.errors import ConfigError, RoboRLError
+    from robo_rl.eval.benchmark import evaluate_benchmark
+
+    a = evaluate_benchmark(str(run_dir), "maniskill-id", 2, str(tmp_path / "a.json"), num_envs=2, block=2)
+    b = evaluate_benchmark(str(run_dir), "maniskill-id", 2, str(tmp_path / "b.json"), num_envs=2, block=2,
+                           env_overrides=["policy.activation=relu"])
+    assert "policy_settings" not in a and b["policy_settings"] == {"activation": "relu"}
+    with pytest.raises(ConfigError, match="holds another evaluation"):
+        evaluate_benchmark(str(run_dir), "maniskill-id", 2, str(tmp_path / "a.json"), num_envs=2, block=2,
+                           env_overrides=["policy.activation=relu"])
+    for bad, fragment in (("policy.activaton=relu", "activaton"), ("policy.hidden=[8]", "does not match this model"),
+                          ("policy.activation.x=1", "may only say where the envs run")):
+        with pytest.raises(RoboRLError, match=fragment) as err:
+            evaluate_benchmark(str(run_dir), "maniskill-id", 2, str(tmp_path / "c.json"), env_overrides=[bad])
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "c.json").exists()
+
+
 def test_results_do_not_depend_on_the_number_of_envs(need_maniskill, run_dir, tmp_path):
     from robo_rl.eval.benchmark import evaluate_benchmark
 
