@@ -37,6 +37,10 @@ class _EnvError(RoboRLError):
     """An env raised inside a worker (the worker itself is alive); the message is its one line."""
 
 
+class _StartLost(SimulatorUnavailable):
+    """A worker that hung or died while building its envs (not an error its envs reported)."""
+
+
 @dataclass
 class _Worker:
     process: Any
@@ -89,6 +93,9 @@ class SubprocVecEnv:
             self._worker_factories = [[factories[i] for i in rows] for rows in self._rows]
         self.num_envs = sum(len(r) for r in self._rows)
         self.restarts = 0
+        self.start_attempts = 2
+        """Replacements tried for a failed worker before the error ends the run: one that hangs or dies
+        while building its envs (an oversubscribed machine, a stuck renderer) is tried again once."""
         self.max_error_restarts = 3
         """Consecutive times one worker's env may raise inside step() and be replaced before the error
         ends the run (a deterministic bug must not loop forever; a sporadic simulator error is survived)."""
@@ -137,11 +144,11 @@ class SubprocVecEnv:
 
     def _await_start(self, w: int, worker: _Worker) -> list[tuple[dict[str, ArraySpec], ArraySpec]]:
         if not worker.conn.poll(self.start_timeout):
-            raise SimulatorUnavailable(f"env worker {w} did not start within {self.start_timeout:.0f}s")
+            raise _StartLost(f"env worker {w} did not start within {self.start_timeout:.0f}s")
         try:
             msg = worker.conn.recv()
         except EOFError:
-            raise SimulatorUnavailable(
+            raise _StartLost(
                 f"env worker {w} died while building its env (exit code {worker.process.exitcode})") from None
         if msg[0] == "error":
             log.debug("env worker %d failed:\n%s", w, msg[2])
@@ -164,9 +171,18 @@ class SubprocVecEnv:
         if old is not None:
             old.conn.close()
         self._kill(w)
-        self.restarts += 1
-        log.warning("env worker %d %s; replaced it (restart #%d)", w, reason, self.restarts)
-        self._await_start(w, self._spawn(w))
+        for attempt in range(1, self.start_attempts + 1):
+            self.restarts += 1
+            log.warning("env worker %d %s; replacing it (restart #%d)", w, reason, self.restarts)
+            try:
+                self._await_start(w, self._spawn(w))
+                break
+            except _StartLost as err:  # hung or died while building: once more; an env error is not retried
+                self._workers[w].conn.close()
+                self._kill(w)
+                if attempt == self.start_attempts:
+                    raise SimulatorUnavailable(f"{err} ({attempt} replacements tried)") from None
+                reason = f"replacement failed ({err})"
         self._attach(w)
         seeds = []
         for i in self._rows[w]:

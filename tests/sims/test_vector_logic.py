@@ -57,6 +57,52 @@ def test_crashed_and_hung_workers_are_replaced(venv):
     np.testing.assert_array_equal(res.obs["state"][:, 0], [1, 1])
 
 
+def test_a_replacement_that_hangs_while_starting_is_tried_again(tmp_path):
+    """Worker 0 crashes; its first replacement hangs while building its env (past start_timeout), the
+    second starts: the step ends the crashed episode and the run goes on. A replacement that never
+    starts ends it with a one-line error naming the attempts."""
+    import functools
+
+    from robo_rl.errors import SimulatorUnavailable
+
+    hang_once = functools.partial(_hangs_on_replacement, str(tmp_path), 1)
+    env = SubprocVecEnv([hang_once, CountingEnv], step_timeout=3.0, start_timeout=3.0)
+    try:
+        env.reset(seed=0)
+        act = np.zeros((2, 3), np.float32)
+        act[0, 2] = 1.0  # crash worker 0
+        res = env.step(act)
+        assert res.info["worker_restarted"].tolist() == [True, False] and env.restarts == 2
+        assert (tmp_path / "hung_1").exists()
+        res = env.step(np.zeros((2, 3), np.float32))
+        np.testing.assert_array_equal(res.obs["state"][:, 0], [1, 2])
+    finally:
+        env.close()
+    hang_always = functools.partial(_hangs_on_replacement, str(tmp_path / "b"), 99)
+    env = SubprocVecEnv([hang_always], step_timeout=3.0, start_timeout=2.0)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(SimulatorUnavailable, match=r"^env worker 0 did not start within 2s \(2 replacements tried\)$"):
+            env.step(np.array([[0, 0, 1]], np.float32))
+    finally:
+        env.close()
+
+
+def _hangs_on_replacement(marker_dir: str, hangs: int) -> CountingEnv:
+    """A CountingEnv whose builds after the first hang (sleep) ``hangs`` times, each leaving a marker."""
+    import time
+    from pathlib import Path
+
+    d = Path(marker_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    builds = len(list(d.glob("build_*")))
+    (d / f"build_{builds}").touch()
+    if 1 <= builds <= hangs:
+        (d / f"hung_{builds}").touch()
+        time.sleep(60)
+    return CountingEnv()
+
+
 def test_bad_action_shape_is_one_line(venv):
     from robo_rl.errors import RoboRLError
 
