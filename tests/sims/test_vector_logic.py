@@ -66,8 +66,9 @@ def test_a_replacement_that_hangs_while_starting_is_tried_again(tmp_path):
     from robo_rl.errors import SimulatorUnavailable
 
     hang_once = functools.partial(_hangs_on_replacement, str(tmp_path), 1)
-    env = SubprocVecEnv([hang_once, CountingEnv], step_timeout=3.0, start_timeout=3.0)
+    env = SubprocVecEnv([hang_once, CountingEnv], step_timeout=3.0, start_timeout=60.0)
     try:
+        env.start_timeout = 8.0  # the first start may be slow on a loaded machine; replacements get 8 s
         env.reset(seed=0)
         act = np.zeros((2, 3), np.float32)
         act[0, 2] = 1.0  # crash worker 0
@@ -79,10 +80,11 @@ def test_a_replacement_that_hangs_while_starting_is_tried_again(tmp_path):
     finally:
         env.close()
     hang_always = functools.partial(_hangs_on_replacement, str(tmp_path / "b"), 99)
-    env = SubprocVecEnv([hang_always], step_timeout=3.0, start_timeout=2.0)
+    env = SubprocVecEnv([hang_always], step_timeout=3.0, start_timeout=60.0)
     try:
+        env.start_timeout = 4.0
         env.reset(seed=0)
-        with pytest.raises(SimulatorUnavailable, match=r"^env worker 0 did not start within 2s \(2 replacements tried\)$"):
+        with pytest.raises(SimulatorUnavailable, match=r"^env worker 0 did not start within 4s \(2 replacements tried\)$"):
             env.step(np.array([[0, 0, 1]], np.float32))
     finally:
         env.close()
