@@ -359,7 +359,8 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     if not reference:
         from robo_rl.rollout.device import on_device, place, resolve_device
 
-        policy, obs_spec, _ = policy_from_checkpoint(run, settings or None, settings_key="policy")
+        policy, obs_spec, _ = (policy_from_checkpoint(run, settings, settings_key="policy") if settings
+                               else policy_from_checkpoint(run))
         where = resolve_device(device, "--device")
         policy = on_device(place(policy, where), where)  # CPU tensors in and out, the forward passes on ``where``
         if bench.needs_rgb and "rgb" not in obs_spec:
