@@ -225,7 +225,7 @@ class OfflineTrainer:
         train = flatten([eps[i] for i in order[n_val:]], keys, horizon)
         del eps
         if rc.init_from:
-            from robo_rl.runners.train import load_policy_weights
+            from robo_rl.runners.weights import load_policy_weights
 
             load_policy_weights(policy, rc.init_from)
         else:
@@ -296,7 +296,7 @@ class OfflineTrainer:
                     log.info("bc step %d/%d: %s", step, total, {k: round(v, 4) for k, v in row.items() if "/" in k})
         finally:
             metrics.close()
-        from robo_rl.runners.train import checkpoint_meta, cpu_state
+        from robo_rl.runners.weights import checkpoint_meta, cpu_state
 
         last_step = step
         if best_val is not None:  # early stopping: keep the weights with the lowest validation NLL

@@ -37,6 +37,7 @@ from robo_rl.runners.checks import check_inputs, check_local_cpus, check_resume_
 from robo_rl.runners.evaluate import evaluate_policy, save_video
 from robo_rl.runners.logger import MetricsLogger, Progress
 from robo_rl.runners.stop import StopRequest
+from robo_rl.runners.weights import checkpoint_meta, cpu_state, load_policy_weights
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +83,6 @@ def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainC
                               f"{MAX_JSON_BYTES // 2**20} MiB a run's config may have; it is not one "
                               "robo-rl wrote")
     return from_dict(TrainConfig, apply_overrides(read_yaml(path), overrides or []))
-
-
-def checkpoint_meta(cfg: TrainConfig, env: Any, env_steps: int, iteration: int) -> dict[str, Any]:
-    """meta.json of a checkpoint: policy name, counters, the env's specs and the resolved config."""
-    return {"policy": cfg.policy.name, "env_steps": env_steps, "iteration": iteration,
-            "obs_spec": {k: list(v.shape) for k, v in env.obs_spec.items()},
-            "action_spec": {"shape": list(env.action_spec.shape), "low": env.action_spec.low,
-                            "high": env.action_spec.high},
-            "config": to_dict(cfg)}
 
 
 class Trainer:
@@ -371,19 +363,6 @@ class Trainer:
             learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png")
         except (OSError, ValueError, KeyError) as err:  # a plot must never fail a finished run
             log.warning("could not draw the learning curve: %s", err)
-
-
-def cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``module.state_dict()`` with every tensor on the CPU (checkpoints are device-free)."""
-    return {k: v.detach().cpu() for k, v in module.state_dict().items()}
-
-
-def load_policy_weights(policy: Any, source: str) -> Path:
-    """Load a run directory's latest (or a given) checkpoint's weights into ``policy`` (strict)."""
-    ckpt = ckpt_io.resolve(source)
-    ckpt_io.load_into(policy, ckpt_io.load_model_state(ckpt), ckpt)
-    log.info("policy initialised from %s", ckpt)
-    return ckpt
 
 
 def train(cfg: TrainConfig, stop: StopRequest | None = None) -> dict[str, Any]:

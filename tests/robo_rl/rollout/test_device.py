@@ -121,7 +121,7 @@ def test_rollouts_through_the_device_view_are_the_policys_own():
 
 
 def test_checkpoints_hold_cpu_tensors(tmp_path):
-    from robo_rl.runners.train import cpu_state
+    from robo_rl.runners.weights import cpu_state
 
     lin = torch.nn.Linear(2, 2)
     state = cpu_state(lin)
