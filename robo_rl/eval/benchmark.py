@@ -182,31 +182,33 @@ def _save_media(env_cfg: Any, make_policy: Any, seed: int, media: Path, task: st
 def check_placement_overrides(overrides: list[str] | tuple[str, ...]) -> None:
     """One-line error for benchmark overrides other than ``env.KEY=VALUE`` with KEY in ``PLACEMENT_KEYS``
     and ``policy.KEY=VALUE`` (how the policy acts, e.g. a pi0 sampler: the episodes stay the same)."""
-    bad = [o for o in overrides
-           if not (o.startswith("env.") and o.partition("=")[0][4:] in PLACEMENT_KEYS)
-           and not (o.startswith("policy.") and "." not in o.partition("=")[0][7:] and o.partition("=")[0][7:])]
+    def allowed(override: str) -> bool:
+        section, _, key = override.partition("=")[0].partition(".")
+        return (section == "env" and key in PLACEMENT_KEYS) or (section == "policy" and bool(key) and "." not in key)
+
+    bad = [o for o in overrides if not allowed(o)]
     if bad:
         raise ConfigError(f"--benchmark fixes the episodes; its overrides may only say where the envs run "
                           f"(env.{', env.'.join(PLACEMENT_KEYS)}) or how the policy acts (policy.KEY=VALUE, "
                           f"e.g. policy.sampler=ode); got {', '.join(bad)}")
 
 
-def _placed(config: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> Any:
-    """The run's env config with ``env.KEY=VALUE`` placement overrides (``PLACEMENT_KEYS``) applied."""
-    from robo_rl.config import apply_overrides, from_dict
-    from robo_rl.run_config import TrainConfig
-
-    check_placement_overrides(overrides)
-    return from_dict(TrainConfig, apply_overrides(config, [o for o in overrides if o.startswith("env.")])).env
-
-
-def policy_settings(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``policy.KEY=VALUE`` overrides as {KEY: parsed value} (checked against the checkpoint's policy
-    config when it is loaded)."""
+def _split_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list[str], dict[str, Any]]:
+    """(the ``env.KEY=VALUE`` placement overrides, the ``policy.KEY=VALUE`` settings as {KEY: parsed value},
+    checked against the checkpoint's policy config when it is loaded); a one-line error for anything else."""
     from robo_rl.config import apply_overrides
 
     check_placement_overrides(overrides)
-    return apply_overrides({"policy": {}}, [o for o in overrides if o.startswith("policy.")])["policy"]
+    settings = apply_overrides({"policy": {}}, [o for o in overrides if o.startswith("policy.")])["policy"]
+    return [o for o in overrides if o.startswith("env.")], settings
+
+
+def _placed(config: dict[str, Any], env_overrides: list[str]) -> Any:
+    """The run's env config with checked ``env.KEY=VALUE`` placement overrides applied."""
+    from robo_rl.config import apply_overrides, from_dict
+    from robo_rl.run_config import TrainConfig
+
+    return from_dict(TrainConfig, apply_overrides(config, env_overrides)).env
 
 
 def _identity(env_cfg: Any) -> dict[str, Any]:
@@ -329,6 +331,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     if episodes < 1 or block < 1:
         raise ConfigError("--episodes and the block size must be >= 1")
     reference = checkpoint in REFERENCE_POLICIES
+    placement, settings = _split_overrides(env_overrides)
     policy: Any = None
     if reference:
         train_env = reference_env(bench.sim, task)
@@ -340,9 +343,8 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
         run = load_run(checkpoint)
         label = str(run.ckpt)
         train_env = run.config.env
-        if any(o.startswith("env.") for o in env_overrides):
-            train_env = _placed(run.meta["config"], env_overrides)
-    settings = policy_settings(env_overrides)
+        if placement:
+            train_env = _placed(run.meta["config"], placement)
     if env_overrides and reference:
         raise ConfigError(f"env overrides apply to checkpoints; the {checkpoint} reference runs on this machine's CPU")
     if stochastic and checkpoint in ("random", "expert"):
@@ -359,8 +361,7 @@ def evaluate_benchmark(checkpoint: str, name: str, episodes: int, out: str, num_
     if not reference:
         from robo_rl.rollout.device import on_device, place, resolve_device
 
-        policy, obs_spec, _ = (policy_from_checkpoint(run, settings, settings_key="policy") if settings
-                               else policy_from_checkpoint(run))
+        policy, obs_spec, _ = policy_from_checkpoint(run, settings, settings_key="policy")
         where = resolve_device(device, "--device")
         policy = on_device(place(policy, where), where)  # CPU tensors in and out, the forward passes on ``where``
         if bench.needs_rgb and "rgb" not in obs_spec:

@@ -349,7 +349,8 @@ def test_a_libero_checkpoint_runs_its_tasks_on_the_official_states_greedy_or_sam
     trained = LiberoConfig(suite="libero_spatial", task_ids=(0, 2), init_states="sampled", max_episode_steps=99)
     monkeypatch.setattr(build, "load_run", lambda c: SimpleNamespace(ckpt=c, config=SimpleNamespace(env=trained)))
     monkeypatch.setattr(build, "policy_from_checkpoint",
-                        lambda run: (object(), {"rgb": ArraySpec((2, 8, 8, 3), "uint8")}, ArraySpec((7,), "float32")))
+                        lambda run, *a, **k: (object(), {"rgb": ArraySpec((2, 8, 8, 3), "uint8")},
+                                              ArraySpec((7,), "float32")))
     modes, envs = [], []
     fake = ev.evaluate_policy
 
