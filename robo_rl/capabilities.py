@@ -101,6 +101,16 @@ class Imitator(Protocol):
 
 
 @runtime_checkable
+class SelfImitator(Protocol):
+    """A policy that can imitate its own sampled actions from what ``act`` recorded (a flow policy: the
+    flow-matching loss on its own chunks trains the velocity field its deterministic ODE follows)."""
+
+    def self_imitation_loss(self, obs: Observation, extras: dict[str, Any], weights: Any) -> Any:
+        """Imitation loss of the actions recorded in ``extras`` (N rows), row i weighted by ``weights[i]`` >= 0."""
+        ...
+
+
+@runtime_checkable
 class TeacherGuided(Protocol):
     """An algorithm that learns from a teacher policy (RPD, OPD); the trainer hands the teacher over."""
 

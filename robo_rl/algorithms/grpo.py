@@ -7,6 +7,13 @@ action of the episode. The objective is PPO's clipped surrogate with asymmetric 
 a token policy, every transition otherwise), with an optional KL penalty to the initial policy (k3
 estimator) and an optional entropy bonus, both off by default. Groups whose outcomes are all equal are
 dropped at collection (dynamic sampling).
+
+Self-imitation (``sil_coef`` > 0, flow policies): the loss adds ``sil_coef`` x the policy's imitation loss
+on its own sampled actions, each transition weighted by its advantage where that is positive (the episodes
+that beat their group's mean) and 0 elsewhere. For a flow policy the clipped surrogate acts on the noisy
+transitions the rollouts sampled; the flow-matching term moves the deterministic velocity field that a
+greedy (ODE) evaluation follows towards the chunks of above-mean episodes, as iRe-VLA's SFT rounds on
+successes do, here inside each update. Off by default.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import OptimizerState, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
-from robo_rl.capabilities import FineRatios, TokenScorer
+from robo_rl.capabilities import FineRatios, SelfImitator, TokenScorer, require
 from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 from robo_rl.registry import ADVANTAGES
@@ -67,6 +74,9 @@ class GRPOConfig:
     """Entropy bonus weight. Range: >= 0."""
     max_grad_norm: float = ranged(1.0, gt=0)
     """Global gradient-norm clip. Range: > 0."""
+    sil_coef: float = ranged(0.0, ge=0)
+    """Weight of the self-imitation term (see the module docstring; needs a ``SelfImitator`` policy such as
+    the pi0-style one; 0 = off). Range: >= 0."""
 
     def __post_init__(self) -> None:
         check_ranges(self, "algo")
@@ -100,6 +110,8 @@ class GRPO(OptimizerState):
         self.calls: PolicyCalls = LocalCalls(policy)
         self.estimator: AdvantageEstimator = ADVANTAGES.get(cfg.advantage).from_config(cfg)
         self.tokens = cfg.token_level and isinstance(policy, TokenScorer)
+        if cfg.sil_coef > 0:
+            require(policy, SelfImitator, "policy", "GRPO with algo.sil_coef > 0 (set algo.sil_coef=0 for this policy)")
         self.optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, eps=1e-5)
         self.reference = None
         self.snapshot_reference()
@@ -163,6 +175,12 @@ class GRPO(OptimizerState):
                 kl = (d.exp() - d - 1.0).mean()
                 loss = loss + cfg.kl_coef * kl
                 terms["kl_ref"] = kl.detach()
+            if cfg.sil_coef > 0:
+                weights = mb.advantages.clamp_min(0.0)
+                if bool((weights > 0).any()):
+                    sil = self.calls("self_imitation_loss", mb.obs, mb.extras, weights)
+                    loss = loss + cfg.sil_coef * sil
+                    terms["self_imitation"] = sil.detach()
             if cfg.ent_coef > 0:
                 entropy = self.calls("evaluate", mb.obs, mb.extras)[1].mean()
                 loss = loss - cfg.ent_coef * entropy

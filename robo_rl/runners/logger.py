@@ -16,6 +16,7 @@ CSV_COLUMNS = (
     "loss/explained_variance", "loss/grad_norm", "loss/lr", "env/worker_restarts",
     "loss/reverse_kl", "loss/teacher_distance", "loss/teacher_lambda",
     "loss/clip_frac_low", "loss/clip_frac_high", "rollout/groups", "rollout/informative_groups", "rollout/rounds",
+    "loss/self_imitation",
 )
 OFFLINE_COLUMNS = (
     "iteration", "env_steps", "wall_time", "epoch", "loss/nll", "loss/val_nll", "loss/entropy", "loss/grad_norm",

@@ -388,6 +388,17 @@ class Pi0Policy(nn.Module):
         mask[:, : a.shape[1], : self.action_dim] = rows.to(state.device)[..., None]
         return self.model.flow_matching_loss(pre, state, target, mask)
 
+    def self_imitation_loss(self, obs: dict[str, Any], extras: dict[str, Any], weights: torch.Tensor) -> torch.Tensor:
+        """Flow-matching loss of the policy's own sampled chunks: target x_K = ``extras["path"][:, -1]`` (the
+        chunk ``act`` sampled, normalized), on the executed steps and real action dims, under the prompt
+        ``act`` stored. Row i counts with weight ``weights[i]`` >= 0 (N,): a weighted mean over the masked
+        elements (0 when every weight is 0)."""
+        pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
+        target = extras["path"][:, -1].to(state.device, torch.float32)
+        w = torch.as_tensor(weights, dtype=torch.float32, device=state.device).clamp_min(0.0)
+        mask = self.log_prob_mask().to(target.dtype)[None] * w[:, None, None]
+        return self.model.flow_matching_loss(pre, state, target, mask)
+
     def save_pretrained(self, path: str | Path) -> Path:
         """Write model, norm stats, heads and tokenizer as a robo-rl pi0 directory (atomically); load it
         back with ``Pi0PolicyConfig(checkpoint=path)``."""

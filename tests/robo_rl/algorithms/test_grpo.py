@@ -170,3 +170,16 @@ def test_a_kl_run_without_a_saved_reference_is_refused_not_regularised_towards_a
     with pytest.raises(ValueError, match="no KL reference.*algo.kl_coef=0"):
         GRPO(GRPOConfig(kl_coef=0.1), torch.nn.Linear(3, 2)).load_state_dict(state)
     GRPO(GRPOConfig(), torch.nn.Linear(3, 2)).load_state_dict(state)
+
+
+def test_self_imitation_needs_a_policy_that_can_imitate_its_own_actions():
+    from policies.mlp import MLPActorCritic, MLPConfig
+    from robo_rl.algorithms.grpo import GRPO
+    from robo_rl.contracts import ArraySpec
+
+    policy = MLPActorCritic(MLPConfig(hidden=(8,)), {"state": ArraySpec((3,), "float32")}, ArraySpec((2,), "float32", -1.0, 1.0))
+    GRPO(GRPOConfig(sil_coef=0.0), policy)  # off: any policy
+    with pytest.raises(ConfigError, match=r"not SelfImitator \(no self_imitation_loss\).*algo.sil_coef=0"):
+        GRPO(GRPOConfig(sil_coef=0.5), policy)
+    with pytest.raises(ConfigError, match="sil_coef"):
+        GRPOConfig(sil_coef=-1.0)
