@@ -29,12 +29,18 @@ def _group(b: int) -> dict:
     return {"rgb": rgb, "state": state, "instruction": ["put the bowl on the plate"] * b}
 
 
-def test_rows_with_zero_weight_do_not_count():
+def _sampled(b: int) -> tuple[Pi0Policy, dict, object, dict]:
+    """(policy, the group's observations, its sampled chunks (PolicyOutput), the tensors a rollout buffer keeps)."""
     p = _policy()
-    obs = _group(4)
+    obs = _group(b)
+    torch.manual_seed(1)
     with torch.no_grad():
         out = p.act(obs)
-    stored = {k: v for k, v in obs.items() if k != "instruction"}
+    return p, obs, out, {k: v for k, v in obs.items() if k != "instruction"}
+
+
+def test_rows_with_zero_weight_do_not_count():
+    p, _, out, stored = _sampled(4)
     other = dict(out.extras, path=out.extras["path"].clone())
     other["path"][[1, 3]] = torch.randn_like(other["path"][[1, 3]]) * 3  # what rows 1 and 3 sampled: ignored
     w = torch.tensor([1.0, 0.0, 2.0, 0.0])
@@ -51,13 +57,8 @@ def test_rows_with_zero_weight_do_not_count():
 
 
 def test_self_imitation_pulls_the_greedy_chunk_towards_the_weighted_chunk():
-    p = _policy()
-    obs = _group(2)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        out = p.act(obs)
+    p, obs, out, stored = _sampled(2)
     chunks = p._unnormalize(out.extras["path"][:, -1, : p.exec_steps])
-    stored = {k: v for k, v in obs.items() if k != "instruction"}
 
     def distances() -> list[float]:
         p.eval()
@@ -80,13 +81,8 @@ def test_self_imitation_pulls_the_greedy_chunk_towards_the_weighted_chunk():
 
 
 def test_grpo_adds_the_weighted_term_to_its_loss():
-    p = _policy()
-    obs = _group(4)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        out = p.act(obs)
+    p, _, out, stored = _sampled(4)
     adv = torch.tensor([1.5, -0.5, -0.5, -0.5])
-    stored = {k: v for k, v in obs.items() if k != "instruction"}
     batch = RolloutBatch(stored, out.extras, out.log_prob, out.value, adv, adv)
     p.train()
     terms = GRPO(GRPOConfig(lr=1e-4, epochs=1, minibatches=1, sil_coef=0.25), p).update(batch)
