@@ -164,7 +164,7 @@ class GRPO(OptimizerState):
             old = self._log_probs(batch.obs, batch.extras) if self.tokens or fine else batch.log_prob
             ref = None if self.reference is None else self._log_probs(batch.obs, batch.extras, self.reference)
         sums: dict[str, float] = {}
-        count = 0
+        counts: dict[str, int] = {}  # per term: self_imitation is absent from minibatches without a positive row
         for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
             mb = batch.index(idx)
             new = self._log_probs(mb.obs, mb.extras)
@@ -192,8 +192,8 @@ class GRPO(OptimizerState):
             self.optimizer.step()
             for k, v in {**terms, "grad_norm": grad_norm, "loss": loss.detach()}.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-            count += 1
-        out = {k: v / max(1, count) for k, v in sums.items()}
+                counts[k] = counts.get(k, 0) + 1
+        out = {k: v / counts[k] for k, v in sums.items()}
         out["advantage_abs_mean"] = float(batch.advantages.abs().mean()) if n else 0.0
         out["transitions"] = float(n)
         self.updates += 1

@@ -90,3 +90,23 @@ def test_grpo_adds_the_weighted_term_to_its_loss():
     assert np.isclose(terms["loss"], terms["policy_loss"] + 0.25 * terms["self_imitation"], rtol=1e-5)
     terms = GRPO(GRPOConfig(lr=1e-4, epochs=1, minibatches=1), p).update(batch)
     assert "self_imitation" not in terms and np.isclose(terms["loss"], terms["policy_loss"])
+
+
+
+def test_the_logged_term_averages_the_minibatches_it_was_applied_to():
+    """Two one-row minibatches, one above its group's mean: the term runs once and is logged as its value,
+    not halved by the minibatch without a positive row."""
+    p, _, out, stored = _sampled(2)
+    adv = torch.tensor([1.0, -1.0])
+    batch = RolloutBatch(stored, out.extras, out.log_prob, out.value, adv, adv)
+    weights_seen = []
+
+    def term(obs, extras, weights):  # a deterministic stand-in for the flow-matching loss (it samples noise)
+        weights_seen.append(weights.clone())
+        return 2.0 * weights.sum() + 0.0 * next(p.parameters()).sum()
+
+    p.self_imitation_loss = term
+    p.train()
+    terms = GRPO(GRPOConfig(lr=1e-6, epochs=1, minibatches=2, sil_coef=1.0), p).update(batch)
+    assert len(weights_seen) == 1 and weights_seen[0].tolist() == [1.0]
+    assert np.isclose(terms["self_imitation"], 2.0), terms
