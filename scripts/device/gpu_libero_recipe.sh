@@ -12,7 +12,9 @@
 # (official init states per task, default 20), RECIPE_TASKS (default libero_spatial/0,libero_spatial/2),
 # RECIPE_DEVICE (default cuda), RECIPE_GL (default egl), RECIPE_SFT (the SFT run), RECIPE_CONFIG (the GRPO
 # config; the pi0-style pipeline: RECIPE_CONFIG=configs/grpo_pi0_small_libero.yaml
-# RECIPE_SFT=runs/pi0-small-sft-libero, made by configs/pi0_small_sft_libero.yaml).
+# RECIPE_SFT=runs/pi0-small-sft-libero, made by configs/pi0_small_sft_libero.yaml), RECIPE_EVAL_ARGS (more
+# arguments for both evaluations; the pi0-style policy is trained in its sampled mode and evaluated in it with
+# RECIPE_EVAL_ARGS="--stochastic policy.sampler=sde").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/recipe_out}
@@ -27,6 +29,7 @@ DEVICE=${RECIPE_DEVICE:-cuda}
 GL=${RECIPE_GL:-egl}
 SFT=${RECIPE_SFT:-runs/openvla-small-sft-libero}
 CONFIG=${RECIPE_CONFIG:-configs/grpo_openvla_small_libero.yaml}
+read -r -a EVAL_ARGS <<< "${RECIPE_EVAL_ARGS:-}"
 mkdir -p "$OUT" "$SITE"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 
@@ -51,7 +54,7 @@ main() {
   evals=$(( ENVS < 16 ? ENVS : 16 ))
   t1=$(date +%s)
   $PY -m robo_rl.cli eval "$SFT" --benchmark libero-spatial --task "$TASKS" --episodes "$EPISODES" \
-    --num-envs "$evals" --device "$DEVICE" --out "$OUT/before.json" "${place[@]}" || return 1
+    --num-envs "$evals" --device "$DEVICE" --out "$OUT/before.json" "${place[@]}" "${EVAL_ARGS[@]}" || return 1
   echo "before: $(( $(date +%s) - t1 ))s"
   ntasks=$(echo "$TASKS" | tr ',' '\n' | wc -l)
   ids=$(echo "$TASKS" | tr ',' '\n' | sed 's|.*/||' | paste -sd, -)
@@ -64,7 +67,7 @@ main() {
   cp "$OUT/runs/grpo/metrics.csv" "$OUT/metrics.csv"
   t3=$(date +%s)
   $PY -m robo_rl.cli eval "$OUT/runs/grpo" --benchmark libero-spatial --task "$TASKS" --episodes "$EPISODES" \
-    --num-envs "$evals" --device "$DEVICE" --out "$OUT/after.json" "${place[@]}" || return 1
+    --num-envs "$evals" --device "$DEVICE" --out "$OUT/after.json" "${place[@]}" "${EVAL_ARGS[@]}" || return 1
   echo "after: $(( $(date +%s) - t3 ))s"
   [ -n "$SMI" ] && kill "$SMI"
   $PY -m robo_rl.cli compare --a "$OUT/before.json" --b "$OUT/after.json"
