@@ -92,7 +92,6 @@ def test_grpo_adds_the_weighted_term_to_its_loss():
     assert "self_imitation" not in terms and np.isclose(terms["loss"], terms["policy_loss"])
 
 
-
 def test_the_logged_term_averages_the_minibatches_it_was_applied_to():
     """Two one-row minibatches, one above its group's mean: the term runs once and is logged as its value,
     not halved by the minibatch without a positive row."""
