@@ -26,7 +26,7 @@ import torch
 
 from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
-from robo_rl.algorithms.optim import OptimizerState, minibatch_indices
+from robo_rl.algorithms.optim import OptimizerState, TermMeans, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import FineRatios, SelfImitator, TokenScorer, require
 from robo_rl.config import check_ranges, ranged
@@ -163,8 +163,7 @@ class GRPO(OptimizerState):
             fine = isinstance(self.policy, FineRatios) and self.policy.ratio_unit != "chunk"
             old = self._log_probs(batch.obs, batch.extras) if self.tokens or fine else batch.log_prob
             ref = None if self.reference is None else self._log_probs(batch.obs, batch.extras, self.reference)
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}  # per term: self_imitation is absent from minibatches without a positive row
+        logged = TermMeans()  # self_imitation is absent from minibatches without a positive row
         for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
             mb = batch.index(idx)
             new = self._log_probs(mb.obs, mb.extras)
@@ -190,10 +189,8 @@ class GRPO(OptimizerState):
             grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
                                                        cfg.max_grad_norm)
             self.optimizer.step()
-            for k, v in {**terms, "grad_norm": grad_norm, "loss": loss.detach()}.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-                counts[k] = counts.get(k, 0) + 1
-        out = {k: v / counts[k] for k, v in sums.items()}
+            logged.add({**terms, "grad_norm": grad_norm, "loss": loss})
+        out = logged.means()
         out["advantage_abs_mean"] = float(batch.advantages.abs().mean()) if n else 0.0
         out["transitions"] = float(n)
         self.updates += 1

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import torch
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
-from robo_rl.algorithms.optim import OptimizerState, minibatch_indices
+from robo_rl.algorithms.optim import OptimizerState, TermMeans, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import TokenDistributions, TokenScorer, require
 from robo_rl.config import check_ranges, ranged
@@ -138,8 +138,7 @@ class OPD(OptimizerState):
             old = self.calls("token_log_probs", batch.obs, batch.extras)  # through the FSDP wrapper too
             teacher = self.teacher.token_log_probs(batch.obs, batch.extras)
         adv = opd_advantages(teacher, old)
-        sums: dict[str, float] = {}
-        count = 0
+        logged = TermMeans()
         for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
             mb = batch.index(idx)
             if cfg.loss == "kl":
@@ -152,10 +151,8 @@ class OPD(OptimizerState):
             grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
                                                        cfg.max_grad_norm)
             self.optimizer.step()
-            for k, v in {"policy_loss": loss, "clip_frac": clip_frac, "grad_norm": grad_norm}.items():
-                sums[k] = sums.get(k, 0.0) + float(v.detach())
-            count += 1
-        out = {k: v / max(1, count) for k, v in sums.items()}
+            logged.add({"policy_loss": loss, "clip_frac": clip_frac, "grad_norm": grad_norm})
+        out = logged.means()
         out["reverse_kl"] = float(-adv.sum(-1).mean())  # E_student[log pi_S - log pi_T] per step
         out["advantage_mean"] = float(adv.mean())
         self.updates += 1

@@ -1,9 +1,9 @@
-"""What every gradient-based algorithm shares: its optimizer state across a resume, and the epoch x
-minibatch index order of an update."""
+"""What every gradient-based algorithm shares: its optimizer state across a resume, the epoch x
+minibatch index order of an update, and the mean of each logged loss term over the minibatches it ran in."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -49,3 +49,26 @@ class OptimizerState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.updates = int(state.get("updates", 0))
+
+
+class TermMeans:
+    """The logged scalars of one update: each term's mean over the minibatches that produced it.
+
+    A term some minibatches lack (GRPO's self-imitation loss where no row is above the group mean, a
+    loss added only after a critic warm-up) is averaged over the minibatches that have it, not diluted
+    by the others; tensors are detached and read as Python floats.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, terms: Mapping[str, Any]) -> None:
+        """Record one minibatch's terms (scalar tensors or numbers)."""
+        for k, v in terms.items():
+            self._sums[k] = self._sums.get(k, 0.0) + float(v.detach() if isinstance(v, torch.Tensor) else v)
+            self._counts[k] = self._counts.get(k, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        """Each recorded term's mean over its own minibatches ({} before the first ``add``)."""
+        return {k: s / self._counts[k] for k, s in self._sums.items()}

@@ -11,7 +11,7 @@ import torch
 
 from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
-from robo_rl.algorithms.optim import OptimizerState
+from robo_rl.algorithms.optim import OptimizerState, TermMeans
 from robo_rl.batch import RolloutBatch, Trajectories
 from robo_rl.capabilities import FineRatios, SeparateCritic
 from robo_rl.config import check_ranges, ranged
@@ -169,8 +169,7 @@ class PPO(OptimizerState):
         mb_size = max(1, n // cfg.minibatches)
         if isinstance(self.policy, FineRatios) and self.policy.ratio_unit != "chunk":
             batch = self._unit_log_probs(batch, mb_size)
-        sums: dict[str, float] = {}
-        count = 0
+        logged = TermMeans()
         stop = False
         epochs_run = 0
         warmup = self.updates < cfg.critic_warmup_iters
@@ -207,15 +206,13 @@ class PPO(OptimizerState):
                 grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
                                                            cfg.max_grad_norm)
                 self.optimizer.step()
-                for k, v in {**terms, "entropy": entropy_mean, "grad_norm": grad_norm, "loss": loss}.items():
-                    sums[k] = sums.get(k, 0.0) + float(v.detach() if hasattr(v, "detach") else v)
-                count += 1
+                logged.add({**terms, "entropy": entropy_mean, "grad_norm": grad_norm, "loss": loss})
                 if not warmup and cfg.target_kl is not None and float(self.calls.mean(terms["approx_kl"])) > cfg.target_kl:
                     stop = True
                     break
             if stop:
                 break
-        out = {k: v / max(1, count) for k, v in sums.items()}
+        out = logged.means()
         with torch.no_grad():
             var_y = batch.returns.var()
             out["explained_variance"] = float(1 - (batch.returns - batch.values).var() / var_y) if var_y > 0 else 0.0

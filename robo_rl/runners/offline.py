@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from robo_rl import checkpoint as ckpt_io
+from robo_rl.algorithms.optim import TermMeans
 from robo_rl.build import build_algorithm, build_env, build_policy
 from robo_rl.capabilities import ActionStats, RunningNormalizer, StateStats
 from robo_rl.data.augment import random_shift
@@ -249,8 +250,7 @@ class OfflineTrainer:
         log.info("bc: %d train transitions (%d val), %d gradient steps", n, 0 if val is None else val.actions.shape[0], total)
         metrics = MetricsLogger(self.run_dir, tensorboard=rc.tensorboard, columns=OFFLINE_COLUMNS)
         t0 = time.monotonic()
-        sums: dict[str, float] = {}
-        count = 0
+        window = TermMeans()  # the update terms since the last logged row
         best_eval = -1.0
         best_val: tuple[float, int, dict[str, torch.Tensor]] | None = None  # (val NLL, step, weights) when keep_best_val
         shift_gen = torch.Generator().manual_seed(rc.seed)
@@ -273,15 +273,13 @@ class OfflineTrainer:
                 if ac.image_shift:
                     batch[0]["rgb"] = random_shift(batch[0]["rgb"], ac.image_shift, shift_gen)
                 batch = to_device(batch, self.device)
-                for k, v in algo.update(batch).items():
-                    sums[k] = sums.get(k, 0.0) + v
-                count += 1
+                window.add(algo.update(batch))
                 evaluate_now = bool(ac.eval_every) and step % ac.eval_every == 0
                 if step % ac.log_every == 0 or step == total or evaluate_now:
                     row: dict[str, Any] = {"iteration": step, "env_steps": 0, "wall_time": round(time.monotonic() - t0, 3),
                                            "epoch": step * ac.batch_size / n}
-                    row.update({f"loss/{k}": v / count for k, v in sums.items()})
-                    sums, count = {}, 0
+                    row.update({f"loss/{k}": v for k, v in window.means().items()})
+                    window = TermMeans()
                     if val is not None:
                         row["loss/val_nll"] = self._val_loss(algo, policy, val, ac.batch_size)
                         if ac.keep_best_val and (best_val is None or row["loss/val_nll"] < best_val[0]):

@@ -10,11 +10,13 @@
 # (its checkpoints/latest is enough). Writes $OUT/libero_recipe.log, before.json, after.json, gpu_util.csv,
 # metrics.csv. Knobs: RECIPE_MINUTES (RL minutes, default 4), RECIPE_ENVS (default 32), RECIPE_EPISODES
 # (official init states per task, default 20), RECIPE_TASKS (default libero_spatial/0,libero_spatial/2),
-# RECIPE_DEVICE (default cuda), RECIPE_GL (default egl), RECIPE_SFT (the SFT run), RECIPE_CONFIG (the GRPO
+# RECIPE_ENVS_PER_WORKER (envs packed per worker process, default 4; 2 doubles the processes on a
+# 16-core machine), RECIPE_DEVICE (default cuda), RECIPE_GL (default egl), RECIPE_SFT (the SFT run), RECIPE_CONFIG (the GRPO
 # config; the pi0-style pipeline: RECIPE_CONFIG=configs/grpo_pi0_small_libero.yaml
 # RECIPE_SFT=runs/pi0-small-sft-libero, made by configs/pi0_small_sft_libero.yaml), RECIPE_EVAL_ARGS (more
 # arguments for both evaluations; the pi0-style policy is trained in its sampled mode and evaluated in it with
-# RECIPE_EVAL_ARGS="--stochastic policy.sampler=sde").
+# RECIPE_EVAL_ARGS="--stochastic policy.sampler=sde"), RECIPE_TRAIN_ARGS (more overrides for the RL run, e.g.
+# "env.init_states=official algo.lr=2e-5"), RECIPE_RUN_DIR (where the RL run is written, default $OUT/runs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/recipe_out}
@@ -23,6 +25,7 @@ PY=${PYTHON:-python3}
 PYTAG=$($PY -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
 MINUTES=${RECIPE_MINUTES:-4}
 ENVS=${RECIPE_ENVS:-32}
+EPW=${RECIPE_ENVS_PER_WORKER:-4}
 EPISODES=${RECIPE_EPISODES:-20}
 TASKS=${RECIPE_TASKS:-libero_spatial/0,libero_spatial/2}
 DEVICE=${RECIPE_DEVICE:-cuda}
@@ -30,6 +33,8 @@ GL=${RECIPE_GL:-egl}
 SFT=${RECIPE_SFT:-runs/openvla-small-sft-libero}
 CONFIG=${RECIPE_CONFIG:-configs/grpo_openvla_small_libero.yaml}
 read -r -a EVAL_ARGS <<< "${RECIPE_EVAL_ARGS:-}"
+RUNS=${RECIPE_RUN_DIR:-$OUT/runs}
+read -r -a TRAIN_ARGS <<< "${RECIPE_TRAIN_ARGS:-}"
 mkdir -p "$OUT" "$SITE"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 
@@ -50,7 +55,7 @@ main() {
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 > "$OUT/gpu_util.csv" &
     SMI=$!
   fi
-  place=("env.gl=$GL" "env.envs_per_worker=4")
+  place=("env.gl=$GL" "env.envs_per_worker=$EPW")
   evals=$(( ENVS < 16 ? ENVS : 16 ))
   t1=$(date +%s)
   $PY -m robo_rl.cli eval "$SFT" --benchmark libero-spatial --task "$TASKS" --episodes "$EPISODES" \
@@ -61,12 +66,12 @@ main() {
   t2=$(date +%s)
   $PY -m robo_rl.cli train "$CONFIG" "run.init_from=$SFT" "run.device=$DEVICE" \
     "env.task_ids=[$ids]" "env.num_envs=$ENVS" "${place[@]}" "algo.min_groups=$(( ENVS / 4 / 2 > ntasks ? ENVS / 4 / 2 : ntasks ))" \
-    "run.max_minutes=$MINUTES" "run.out_dir=$OUT/runs" run.name=grpo run.torch_threads=4 run.progress=false \
-    run.tensorboard=false || return 1
+    "run.max_minutes=$MINUTES" "run.out_dir=$RUNS" run.name=grpo run.torch_threads=4 run.progress=false \
+    run.tensorboard=false "${TRAIN_ARGS[@]}" || return 1
   echo "rl: $(( $(date +%s) - t2 ))s"
-  cp "$OUT/runs/grpo/metrics.csv" "$OUT/metrics.csv"
+  cp "$RUNS/grpo/metrics.csv" "$OUT/metrics.csv"
   t3=$(date +%s)
-  $PY -m robo_rl.cli eval "$OUT/runs/grpo" --benchmark libero-spatial --task "$TASKS" --episodes "$EPISODES" \
+  $PY -m robo_rl.cli eval "$RUNS/grpo" --benchmark libero-spatial --task "$TASKS" --episodes "$EPISODES" \
     --num-envs "$evals" --device "$DEVICE" --out "$OUT/after.json" "${place[@]}" "${EVAL_ARGS[@]}" || return 1
   echo "after: $(( $(date +%s) - t3 ))s"
   [ -n "$SMI" ] && kill "$SMI"
