@@ -54,9 +54,9 @@ class OptimizerState:
 class TermMeans:
     """The logged scalars of one update: each term's mean over the minibatches that produced it.
 
-    A term some minibatches lack (GRPO's self-imitation loss where no row is above the group mean, a
-    loss added only after a critic warm-up) is averaged over the minibatches that have it, not diluted
-    by the others; tensors are detached and read as Python floats.
+    A term some minibatches lack (GRPO's self-imitation loss where no row is above the group mean) is
+    averaged over the minibatches that have it, not diluted by the others; tensors are detached and read
+    as Python floats.
     """
 
     def __init__(self) -> None:
