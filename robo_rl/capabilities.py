@@ -142,7 +142,8 @@ class GroupRollouts(Protocol):
     rollout: the trainer collects with ``robo_rl.rollout.groups.GroupCollector``."""
 
     def rollout_groups(self) -> dict[str, Any]:
-        """``GroupCollector`` keyword arguments (group_size, min_groups, max_rounds, max_steps, group_return)."""
+        """``GroupCollector`` keyword arguments (group_size, min_groups, max_rounds, max_steps, group_return,
+        group_seeds)."""
         ...
 
 

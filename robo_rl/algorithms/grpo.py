@@ -53,6 +53,11 @@ class GRPOConfig:
     """Vectorized steps a round may take before unfinished episodes are cut. Range: >= 1."""
     group_return: Literal["success", "return"] = "success"
     """What an episode's outcome R is: 1[succeeded], or its summed reward."""
+    group_seeds: Literal["per_task", "per_group"] = "per_task"
+    """Initial states of the groups when the envs cycle over several tasks: per_task, each task's groups take
+    its next states in turn (every LIBERO init state of a task in use); per_group, group g of round k takes
+    state k G + g, so with T tasks task t sees only the states = t (mod T) and the rest stay held out
+    (``robo_rl.rollout.groups``)."""
     scale_std: bool = True
     """Divide by the group's std (GRPO); false = Dr. GRPO (mean-centred only)."""
     advantage: str = "group"
@@ -142,7 +147,7 @@ class GRPO(OptimizerState):
         """The ``robo_rl.rollout.groups.GroupCollector`` settings this algorithm trains on."""
         c = self.cfg
         return {"group_size": c.group_size, "min_groups": c.min_groups, "max_rounds": c.max_rounds,
-                "max_steps": c.max_episode_steps, "group_return": c.group_return}
+                "max_steps": c.max_episode_steps, "group_return": c.group_return, "group_seeds": c.group_seeds}
 
     def prepare(self, traj: Trajectories) -> RolloutBatch:
         """Group-relative advantages of the episodes, broadcast to their valid steps."""

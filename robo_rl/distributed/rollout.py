@@ -109,6 +109,10 @@ class RolloutWorker:
         batch, steps = self.collector.collect()
         return batch, steps, self._finished(), int(getattr(self.env, "restarts", 0))
 
+    def seeds_per_round(self) -> int:
+        """Initial states one group round of this worker uses per task (after ``reset``)."""
+        return int(self.collector.seeds_per_round)
+
     def group_round(self, first_seed: int) -> tuple[Any, int, list[tuple[float, int, float]], int]:
         """One round of group rollouts (this worker's group g from initial state ``first_seed + g``), as
         ``collect`` returns its batch."""
@@ -183,6 +187,7 @@ class RayRollouts:
         self._seed: int | None = None
         self.groups: dict[str, Any] | None = None  # GroupCollector settings once use_groups() is called
         self._next_group_seed = 0
+        self._group_seeds: list[int] = []  # initial states each worker's group round uses (after reset)
         # specs from a throwaway local build would start a simulator here; the first worker reports them
         self.obs_spec: Any = None
         self.action_spec: Any = None
@@ -203,6 +208,8 @@ class RayRollouts:
         self._seed = seed
         self._next_group_seed = seed
         obs = self._get([w.reset.remote(seed + off) for w, off in zip(self.workers, self.offsets)], "reset")
+        if self.groups is not None:
+            self._group_seeds = self._get([w.seeds_per_round.remote() for w in self.workers], "seeds_per_round")
         return {k: (torch.cat([o[k] for o in obs]) if isinstance(obs[0][k], torch.Tensor) else sum((o[k] for o in obs), []))
                 for k in obs[0]}
 
@@ -223,7 +230,7 @@ class RayRollouts:
 
     def _group_round(self) -> tuple[Trajectories, int]:
         """One round on every worker at once: worker k's groups take the next initial states in turn."""
-        per_worker = [size // int(self.groups["group_size"]) for size in self.sizes]  # type: ignore[index]
+        per_worker = self._group_seeds or [size // int(self.groups["group_size"]) for size in self.sizes]  # type: ignore[index]
         firsts = (self._next_group_seed + np.cumsum([0, *per_worker[:-1]])).tolist()
         self._next_group_seed += sum(per_worker)
         refs = [w.group_round.remote(s) for w, s in zip(self.workers, firsts)]

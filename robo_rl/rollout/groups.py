@@ -3,6 +3,13 @@ that share an initial state (env i is in group i % G, so when a VecEnv cycles ov
 task i % T, every group holds one task whenever T divides G), and each env runs one whole episode, so
 every group's outcomes compare n tries from the same start.
 
+Initial states (``group_seeds``): "per_task" (default) numbers them per task, as told by the envs'
+``instruction`` observation: in each round a task's groups take its next initial states in turn, so a task
+walks through seed, seed + 1, seed + 2, ... (all 50 official LIBERO init states of a task within 50 of its
+groups). "per_group": group g of round k starts from seed + k G + g whatever its task, so with T tasks cycled
+over the envs task t only ever sees the seeds = t (mod T), and the rest of its init states stay held out.
+Without an instruction observation (one task) both are seed + k G + g.
+
 Dynamic sampling: a group whose episodes all had the same outcome carries no signal (its advantages
 are 0); rounds of group rollouts continue until the batch holds ``min_groups`` informative groups or
 ``max_rounds`` rounds ran (the cap), and only the informative groups are kept. ``report`` tells what
@@ -28,11 +35,11 @@ class GroupCollector:
     """The trainer's rollout source for group-relative algorithms (same interface as ``Collector``)."""
 
     def __init__(self, env: VecEnv, policy: Policy, group_size: int, min_groups: int, max_rounds: int,
-                 max_steps: int = 1000, group_return: str = "success") -> None:
+                 max_steps: int = 1000, group_return: str = "success", group_seeds: str = "per_task") -> None:
         """group_size: n envs per initial state (B must be a multiple); min_groups: informative groups a
         batch needs; max_rounds: rounds of B envs at most per batch; max_steps: vectorized steps a round
         may take before its unfinished episodes are cut; group_return: what decides whether a group is
-        informative ("success" or "return")."""
+        informative ("success" or "return"); group_seeds: "per_task" or "per_group" (module docstring)."""
         if not isinstance(env, PerEnvReset):
             raise ConfigError(f"group rollouts need an env that seeds each env on its own (reset_each); "
                               f"{type(env).__name__} does not")
@@ -42,6 +49,12 @@ class GroupCollector:
         self.env, self.policy = env, policy
         self.n, self.min_groups, self.max_rounds, self.max_steps = group_size, min_groups, max_rounds, max_steps
         self.group_return = group_return
+        if group_seeds not in ("per_task", "per_group"):
+            raise ConfigError(f"group_seeds={group_seeds!r}: use 'per_task' or 'per_group'")
+        self.group_seeds = group_seeds
+        groups = env.num_envs // group_size
+        self._slots = list(range(groups))  # group g starts from first_seed + slot[g]
+        self.seeds_per_round = groups
         self.stats = EpisodeStats(env.num_envs)
         self.reward_scaler = None
         self.report: dict[str, float] = {}
@@ -52,7 +65,8 @@ class GroupCollector:
         return self.env.num_envs
 
     def reset(self, seed: int) -> dict[str, Any]:
-        """Start the initial-state sequence at ``seed`` (group k of the run starts from seed + k)."""
+        """Start the initial-state sequence at ``seed`` (the first round's groups start from seed + slot, the
+        slots as ``group_seeds`` numbers them)."""
         self._next_seed = seed
         obs, _ = self.env.reset_each(self._seeds())
         texts = obs.get("instruction")
@@ -64,8 +78,20 @@ class GroupCollector:
                     raise ConfigError(f"envs {g}, {g + groups}, ... form one group but run different tasks "
                                       f"({', '.join(sorted(tasks))[:120]}); with T tasks, make env.num_envs / "
                                       "algo.group_size a multiple of T")
+            if self.group_seeds == "per_task":
+                self._number_per_task([texts[g] for g in range(groups)])
         self.policy.reset()
         return obs_to_torch(obs)
+
+    def _number_per_task(self, tasks: list[str]) -> None:
+        """Slot of group g := how many earlier groups of this round run g's task; a round advances the
+        sequence by the most groups any one task has."""
+        seen: dict[str, int] = {}
+        self._slots = []
+        for task in tasks:
+            self._slots.append(seen.get(task, 0))
+            seen[task] = self._slots[-1] + 1
+        self.seeds_per_round = max(seen.values())
 
     def sync(self, policy: Any) -> None:
         """Nothing to send: the collector acts with the learner's own policy object."""
@@ -75,8 +101,9 @@ class GroupCollector:
         groups = self.env.num_envs // self.n
         return [i % groups for i in range(self.env.num_envs)]
 
-    def _seeds(self) -> list[int | None]:
-        return [self._next_seed + g for g in self._group_of()]
+    def _seeds(self, first_seed: int | None = None) -> list[int | None]:
+        first = self._next_seed if first_seed is None else first_seed
+        return [first + self._slots[g] for g in self._group_of()]
 
     def collect(self) -> tuple[Trajectories, int]:
         """(the informative groups' trajectories, env steps taken by every round: the cost of the batch)."""
@@ -85,15 +112,15 @@ class GroupCollector:
 
     def _next_round(self) -> tuple[Trajectories, int]:
         traj, steps = self.round(self._next_seed)
-        self._next_seed += self.env.num_envs // self.n
+        self._next_seed += self.seeds_per_round
         return traj, steps
 
     @torch.no_grad()
     def round(self, first_seed: int) -> tuple[Trajectories, int]:
-        """Every env runs one episode from its group's initial state (group g: seed ``first_seed + g``);
+        """Every env runs one episode from its group's initial state (group g: seed ``first_seed`` + its slot);
         steps after an env's episode ended are invalid. (T, B) trajectories and the env steps taken."""
         env, policy, b = self.env, self.policy, self.env.num_envs
-        obs, _ = env.reset_each([first_seed + g for g in self._group_of()])
+        obs, _ = env.reset_each(self._seeds(first_seed))
         policy.reset()
         policy.eval()
         tobs = obs_to_torch(obs)

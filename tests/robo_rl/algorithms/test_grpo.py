@@ -100,6 +100,44 @@ def test_group_rollouts_share_initial_states_and_drop_uninformative_groups():
         GroupCollector(env, policy, group_size=3, min_groups=1, max_rounds=1)
 
 
+@pytest.mark.parametrize("order", ["per_task", "per_group"])
+def test_group_seeds_walk_each_tasks_states_or_keep_the_parity_split(order):
+    from policies.mlp import MLPActorCritic, MLPConfig
+    from robo_rl.rollout.groups import GroupCollector
+    from tests.fakes.vec import PointReachConfig, PointReachVecEnv
+
+    class TwoTasks(PointReachVecEnv):
+        """Env i runs task i % 2 (as a LIBERO VecEnv cycles its tasks); records each reset's seeds."""
+
+        def __init__(self, cfg: PointReachConfig) -> None:
+            super().__init__(cfg)
+            self.resets: list[list[int | None]] = []
+
+        def _obs(self) -> dict:
+            return {**super()._obs(), "instruction": [f"task {i % 2}" for i in range(self.num_envs)]}
+
+        def reset_each(self, seeds):
+            self.resets.append(list(seeds))
+            return super().reset_each(seeds)
+
+    env = TwoTasks(PointReachConfig(num_envs=8, max_episode_steps=3))
+    policy = MLPActorCritic(MLPConfig(hidden=(8,)), env.obs_spec, env.action_spec)
+    col = GroupCollector(env, policy, group_size=2, min_groups=100, max_rounds=3, group_seeds=order)
+    col.reset(seed=7)
+    col.collect()  # never enough informative groups: exactly 3 rounds
+    rounds = env.resets[1:]
+    assert len(rounds) == 3
+    for seeds in rounds:  # envs of one group (i % 4) share a seed
+        assert all(seeds[i] == seeds[i % 4] for i in range(8))
+    per_task = {t: sorted(s[g] for s in rounds for g in range(4) if g % 2 == t) for t in (0, 1)}
+    if order == "per_task":  # each task takes the next states in turn: 6 groups, 6 consecutive seeds
+        assert per_task == {0: list(range(7, 13)), 1: list(range(7, 13))}
+    else:  # group g of round k: 7 + 4k + g, so task 0 only ever sees odd seeds and task 1 even ones
+        assert per_task == {0: [7, 9, 11, 13, 15, 17], 1: [8, 10, 12, 14, 16, 18]}
+    with pytest.raises(ConfigError, match="group_seeds='each'"):
+        GroupCollector(env, policy, group_size=2, min_groups=1, max_rounds=1, group_seeds="each")
+
+
 def test_grpo_trains_through_the_trainer(tmp_path):
     from robo_rl.config import from_dict
     from robo_rl.run_config import TrainConfig
