@@ -114,7 +114,7 @@ class RolloutWorker:
         return int(self.collector.seeds_per_round)
 
     def group_round(self, first_seed: int) -> tuple[Any, int, list[tuple[float, int, float]], int]:
-        """One round of group rollouts (this worker's group g from initial state ``first_seed + g``), as
+        """One round of group rollouts (this worker's group g from initial state ``first_seed`` + its slot), as
         ``collect`` returns its batch."""
         batch, steps = self.collector.round(first_seed)
         return batch, steps, self._finished(), int(getattr(self.env, "restarts", 0))
