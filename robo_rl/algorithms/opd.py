@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import OptimizerState, TermMeans, minibatch_indices
@@ -91,6 +92,37 @@ def opd_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantage
     return -surrogate.mean(), clip_frac
 
 
+def take_rows(dist: Distribution, idx: torch.Tensor) -> Distribution:
+    """The rows ``idx`` of a distribution batched over its first dimension (Normal, Categorical and
+    Independent of those); TypeError for other kinds."""
+    if isinstance(dist, Independent):
+        return Independent(take_rows(dist.base_dist, idx), dist.reinterpreted_batch_ndims)
+    if isinstance(dist, Normal):
+        return Normal(dist.loc[idx], dist.scale[idx])
+    if isinstance(dist, Categorical):
+        return Categorical(logits=dist.logits[idx])
+    raise TypeError(f"cannot take rows of a {type(dist).__name__}")
+
+
+def cat_rows(dists: list[Distribution]) -> Distribution:
+    """One distribution of the rows of ``dists`` stacked in order (the kinds ``take_rows`` handles)."""
+    first = dists[0]
+    if isinstance(first, Independent):
+        return Independent(cat_rows([d.base_dist for d in dists]), first.reinterpreted_batch_ndims)
+    if isinstance(first, Normal):
+        return Normal(torch.cat([d.loc for d in dists]), torch.cat([d.scale for d in dists]))
+    if isinstance(first, Categorical):
+        return Categorical(logits=torch.cat([d.logits for d in dists]))
+    raise TypeError(f"cannot stack rows of a {type(first).__name__}")
+
+
+def _rows(batch: RolloutBatch, start: int, size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(obs, extras) of the batch's rows [start, start + size)."""
+    idx = torch.arange(start, min(start + size, batch.size))
+    mb = batch.index(idx)
+    return mb.obs, mb.extras
+
+
 class OPD(OptimizerState):
     """On-policy distillation of ``policy`` (the student) towards a teacher ``Policy``."""
 
@@ -138,11 +170,13 @@ class OPD(OptimizerState):
             old = self.calls("token_log_probs", batch.obs, batch.extras)  # through the FSDP wrapper too
             teacher = self.teacher.token_log_probs(batch.obs, batch.extras)
         adv = opd_advantages(teacher, old)
+        teacher_dists = self._teacher_distributions(batch) if cfg.loss == "kl" else None
         logged = TermMeans()
         for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
             mb = batch.index(idx)
             if cfg.loss == "kl":
-                loss, clip_frac = self._exact_kl(mb), torch.zeros(())
+                given = None if teacher_dists is None else take_rows(teacher_dists, idx)
+                loss, clip_frac = self._exact_kl(mb, given), torch.zeros(())
             else:
                 new = self.calls("token_log_probs", mb.obs, mb.extras)
                 loss, clip_frac = opd_loss(new, old[idx], adv[idx], cfg.clip_coef, cfg.loss)
@@ -158,12 +192,26 @@ class OPD(OptimizerState):
         self.updates += 1
         return out
 
-    def _exact_kl(self, mb: RolloutBatch) -> torch.Tensor:
+    @torch.no_grad()
+    def _teacher_distributions(self, batch: RolloutBatch) -> Distribution | None:
+        """The teacher's per-token distributions over the whole batch, computed once per update in
+        minibatch-sized pieces (a VLA teacher's pass costs about what the student's does, and the epochs
+        would repeat it), or None where they are of a kind ``take_rows`` cannot slice (then each minibatch
+        asks the teacher again)."""
+        step = max(1, batch.size // self.cfg.minibatches)
+        parts = [self.teacher.token_distributions(*_rows(batch, i, step)) for i in range(0, batch.size, step)]
+        try:
+            return cat_rows(parts)
+        except TypeError:
+            return None
+
+    def _exact_kl(self, mb: RolloutBatch, teacher: Distribution | None = None) -> torch.Tensor:
         """Mean over the minibatch's tokens of KL(pi_S || pi_T), each token's closed form (differentiable
-        in the student)."""
+        in the student); ``teacher``: the teacher's distributions on ``mb`` where already computed."""
         student = self.calls("token_distributions", mb.obs, mb.extras)
-        with torch.no_grad():
-            teacher = self.teacher.token_distributions(mb.obs, mb.extras)
+        if teacher is None:
+            with torch.no_grad():
+                teacher = self.teacher.token_distributions(mb.obs, mb.extras)
         kl = torch.distributions.kl_divergence(student, teacher)
         if kl.shape != student.batch_shape or kl.ndim != 2:
             raise ValueError(f"token distributions of batch shape {tuple(student.batch_shape)} and "

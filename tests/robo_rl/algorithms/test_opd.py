@@ -282,3 +282,69 @@ def _exact_kl_falls(algo: OPD, batch: RolloutBatch) -> None:
     for _ in range(4):
         last = algo.update(batch)["policy_loss"]
     assert 0 < last < first, (first, last)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "pi0", "openvla"])
+def test_teacher_distributions_computed_once_equal_those_asked_per_minibatch(kind, monkeypatch):
+    """``loss: kl`` asks the teacher once per update (in pieces, then sliced per minibatch); the update
+    is the one that asks it again on every minibatch of every epoch."""
+    if kind == "mlp":
+        pair = lambda: (_mlp(0), _mlp(1, log_std=-1.0))  # noqa: E731
+        obs, act_dim = {"state": torch.randn(10, 4, generator=torch.Generator().manual_seed(3))}, 2
+    elif kind == "pi0":
+        pair, obs, act_dim = (lambda: _pi0_pair("noise")), _pi0_obs(), 7
+    else:
+        from vla.openvla.policy import OpenVLAConfig, OpenVLAPolicy
+
+        def pair():
+            out = []
+            for seed in (0, 1):
+                torch.manual_seed(seed)
+                out.append(OpenVLAPolicy(OpenVLAConfig(temperature=0.7), {"rgb": ArraySpec((1, 40, 40, 3), "uint8")},
+                                         ArraySpec((7,), "float32", -1.0, 1.0)).eval())
+            return tuple(out)
+        obs = {"rgb": torch.from_numpy(np.random.default_rng(0).integers(0, 255, (5, 1, 40, 40, 3), dtype=np.uint8))}
+        act_dim = 7
+    weights, calls = {}, {}
+    for mode in ("once", "per-minibatch"):
+        student, teacher = pair()
+        with torch.no_grad():
+            out = student.act(obs)
+        n = out.log_prob.shape[0]
+        batch = RolloutBatch(obs, out.extras, out.log_prob, *[torch.zeros(n)] * 3)
+        algo = OPD(OPDConfig(teacher="unused", loss="kl", lr=1e-3, minibatches=2, epochs=3), student,
+                   generator=torch.Generator().manual_seed(0))
+        algo.set_teacher(teacher, (act_dim,), (act_dim,))
+        if mode == "per-minibatch":
+            monkeypatch.setattr(algo, "_teacher_distributions", lambda b: None)
+        asked = _count_calls(monkeypatch, teacher, "token_distributions")
+        algo.update(batch)
+        weights[mode] = [p.detach().clone() for p in student.parameters()]
+        calls[mode] = len(asked)
+    for a, b in zip(weights["once"], weights["per-minibatch"]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert calls["once"] <= 3 < calls["per-minibatch"] == 3 * 2, calls  # pieces of a minibatch's size, vs 3 epochs x 2
+
+
+def _count_calls(monkeypatch, obj, name: str) -> list[int]:
+    """A list that grows by one on each call of ``obj.name`` (which still runs)."""
+    calls, inner = [], getattr(obj, name)
+    monkeypatch.setattr(obj, name, lambda *a: calls.append(1) or inner(*a))
+    return calls
+
+
+def test_rows_of_distributions_are_taken_and_stacked_in_order():
+    from torch.distributions import Categorical, Independent, Laplace, Normal
+
+    from robo_rl.algorithms.opd import cat_rows, take_rows
+
+    g = torch.Generator().manual_seed(0)
+    for dist in (Independent(Normal(torch.randn(6, 3, 2, generator=g), torch.rand(6, 3, 2, generator=g) + 0.1), 1),
+                 Categorical(logits=torch.randn(6, 4, 5, generator=g))):
+        parts = [take_rows(dist, torch.arange(0, 4)), take_rows(dist, torch.arange(4, 6))]
+        whole = cat_rows(parts)
+        x = dist.sample()
+        torch.testing.assert_close(whole.log_prob(x), dist.log_prob(x))
+        torch.testing.assert_close(take_rows(dist, torch.tensor([5, 1])).log_prob(x[[5, 1]]), dist.log_prob(x)[[5, 1]])
+    with pytest.raises(TypeError, match="Laplace"):
+        take_rows(Laplace(torch.zeros(2), torch.ones(2)), torch.tensor([0]))
