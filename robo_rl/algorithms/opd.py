@@ -199,11 +199,13 @@ class OPD(OptimizerState):
         would repeat it), or None where they are of a kind ``take_rows`` cannot slice (then each minibatch
         asks the teacher again)."""
         step = max(1, batch.size // self.cfg.minibatches)
-        parts = [self.teacher.token_distributions(*_rows(batch, i, step)) for i in range(0, batch.size, step)]
-        try:
-            return cat_rows(parts)
+        parts = [self.teacher.token_distributions(*_rows(batch, 0, step))]
+        try:  # a kind that cannot be sliced is found on the first piece, before the rest is computed
+            cat_rows(parts)
         except TypeError:
             return None
+        parts += [self.teacher.token_distributions(*_rows(batch, i, step)) for i in range(step, batch.size, step)]
+        return cat_rows(parts)
 
     def _exact_kl(self, mb: RolloutBatch, teacher: Distribution | None = None) -> torch.Tensor:
         """Mean over the minibatch's tokens of KL(pi_S || pi_T), each token's closed form (differentiable
