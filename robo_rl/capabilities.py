@@ -119,6 +119,14 @@ class TeacherGuided(Protocol):
 
 
 @runtime_checkable
+class RolloutMode(Protocol):
+    """An algorithm that may collect with the policy's deterministic action (the path greedy evaluation
+    takes) instead of a sampled one; the trainer then wraps the rollout policy in ``Greedy``."""
+
+    def greedy_rollouts(self) -> bool: ...
+
+
+@runtime_checkable
 class ReferencePolicy(Protocol):
     """An algorithm that regularises towards a frozen copy of the policy it started from (KL to the
     initial policy); the runner calls ``snapshot_reference`` once the starting weights are in (after

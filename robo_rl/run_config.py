@@ -151,6 +151,9 @@ class TrainConfig:
     """Ray rollout workers (off unless cluster.address is set)."""
 
     def __post_init__(self) -> None:
+        if getattr(self.algo, "rollout", "sampled") == "greedy" and self.cluster.address is not None:
+            raise ConfigError("config key 'algo.rollout' = 'greedy' runs in the single-process trainer; Ray rollout "
+                              "workers sample: unset cluster.address or use algo.rollout=sampled")
         if self.run.device != "cpu" and self.cluster.address is not None:
             raise ConfigError(f"config key 'run.device' = {self.run.device!r} is for the single-process trainer; "
                               "on Ray give the learners GPUs with cluster.gpus_per_learner (and cluster.num_learners "

@@ -61,6 +61,11 @@ class OPDConfig:
     after an update the clipped one keeps each token's step bounded); ``kl``: the exact per-token
     reverse KL over each token's whole distribution, minimized directly (student and teacher need
     ``token_distributions``; ``loss/policy_loss`` is then that KL, nats per token)."""
+    rollout: Literal["sampled", "greedy"] = "sampled"
+    """What the student executes while collecting: ``sampled``, its stochastic policy (the tokens, or the
+    Flow-Noise path, that the sampled-token losses need); ``greedy``, its deterministic action, i.e. the
+    path greedy evaluation takes (argmax tokens; for a flow VLA the ODE from x_0 = 0, on which ``loss: kl``
+    scores each denoising kernel at the student's own x_k). Only with ``loss: kl``; not on Ray workers."""
     max_grad_norm: float = ranged(1.0, gt=0)
     """Global gradient-norm clip (``clip_grad_norm_``; a negative max would flip the gradient). Range: > 0."""
     gamma: float = ranged(0.99, gt=0, le=1)
@@ -72,6 +77,9 @@ class OPDConfig:
         check_ranges(self, "algo")
         if not self.teacher:
             raise ConfigError("config key 'algo.teacher' is required for opd: a run directory or checkpoint of the teacher policy")
+        if self.rollout == "greedy" and self.loss != "kl":
+            raise ConfigError(f"config key 'algo.rollout' = 'greedy' with algo.loss = {self.loss!r}: the sampled-token "
+                              "losses need sampled tokens; use algo.loss=kl or algo.rollout=sampled")
 
 
 def opd_advantages(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:
@@ -142,6 +150,10 @@ class OPD(OptimizerState):
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
         self.updates = 0
+
+    def greedy_rollouts(self) -> bool:
+        """Whether the student collects with its deterministic action (``algo.rollout: greedy``)."""
+        return self.cfg.rollout == "greedy"
 
     def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
         """Use ``teacher``: it must read the student's tokens the same way (same ``token_space``)."""

@@ -89,3 +89,20 @@ def place(module: Any, device: torch.device) -> Any:
 def on_device(policy: Any, device: torch.device) -> Any:
     """``policy`` itself on the CPU (no copies, no wrapper), else its ``OnDevice`` view."""
     return policy if device.type == "cpu" else OnDevice(policy, device)
+
+
+class Greedy:
+    """A policy whose ``act`` is always its deterministic one (rollouts along the path greedy evaluation
+    takes); a policy that gives no log-prob for it records zeros (B,). Everything else is the wrapped policy's."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def act(self, obs: dict[str, Any], deterministic: bool = True) -> PolicyOutput:
+        out = self.policy.act(obs, deterministic=True)
+        if out.log_prob is None:
+            out = PolicyOutput(out.actions, torch.zeros(out.actions.shape[0]), out.value, out.extras)
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # value(), reset(), eval(), action_horizon, ...
+        return getattr(self.policy, name)

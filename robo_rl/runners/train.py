@@ -23,6 +23,7 @@ from robo_rl.capabilities import (
     GroupRollouts,
     ProgressAware,
     ReferencePolicy,
+    RolloutMode,
     RunningNormalizer,
     TeacherGuided,
 )
@@ -30,7 +31,7 @@ from robo_rl.config import from_dict, to_dict
 from robo_rl.errors import CheckpointError, RoboRLError, RunDirError
 from robo_rl.files import MAX_JSON_BYTES, atomic_write_text
 from robo_rl.rollout.collector import Collector
-from robo_rl.rollout.device import on_device, place, resolve_device, to_device
+from robo_rl.rollout.device import Greedy, on_device, place, resolve_device, to_device
 from robo_rl.run_config import TrainConfig
 from robo_rl.runlock import RunLock
 from robo_rl.runners.checks import check_inputs, check_local_cpus, check_resume_config, check_resume_specs
@@ -210,6 +211,8 @@ class Trainer:
             self.algo = RayLearners(cfg, self._ray.ray, self.policy, env.obs_spec, env.action_spec)
         else:
             self.algo = build_algorithm(cfg.algo, self.policy, generator=self.generator)
+        if isinstance(self.algo, RolloutMode) and self.algo.greedy_rollouts():  # OPD on the greedy path
+            actor = Greedy(actor)
         if isinstance(self.algo, GroupRollouts) and self._ray is not None:  # GRPO on Ray: groups within workers
             self._ray.use_groups(self.algo.rollout_groups())
             source: Any = self._ray

@@ -348,3 +348,78 @@ def test_rows_of_distributions_are_taken_and_stacked_in_order():
         torch.testing.assert_close(take_rows(dist, torch.tensor([5, 1])).log_prob(x[[5, 1]]), dist.log_prob(x)[[5, 1]])
     with pytest.raises(TypeError, match="Laplace"):
         take_rows(Laplace(torch.zeros(2), torch.ones(2)), torch.tensor([0]))
+
+
+def test_greedy_rollouts_need_the_exact_kl_and_the_local_trainer():
+    from robo_rl.config import from_dict
+    from robo_rl.run_config import TrainConfig
+
+    assert OPD(OPDConfig(teacher="t", loss="kl", rollout="greedy"), _mlp(0)).greedy_rollouts()
+    assert not OPD(OPDConfig(teacher="t", loss="kl"), _mlp(0)).greedy_rollouts()
+    with pytest.raises(ConfigError, match=r"'algo.rollout' = 'greedy' with algo.loss = 'clipped'.*use algo.loss=kl"):
+        OPDConfig(teacher="t", rollout="greedy")
+    with pytest.raises(ConfigError, match=r"'algo.rollout' = 'argmax' is not allowed"):
+        from_dict(OPDConfig, {"teacher": "t", "loss": "kl", "rollout": "argmax"}, "algo")
+    with pytest.raises(ConfigError, match=r"Ray rollout workers sample: unset cluster.address"):
+        from_dict(TrainConfig, {"env": {"name": "maniskill"}, "policy": {"name": "mlp"},
+                                "algo": {"name": "opd", "teacher": "t", "loss": "kl", "rollout": "greedy"},
+                                "cluster": {"address": "local"}})
+
+
+def test_greedy_wrapper_acts_deterministically_and_records_a_log_prob():
+    from robo_rl.contracts import PolicyOutput
+    from robo_rl.rollout.device import Greedy
+
+    policy, obs = _mlp(0), {"state": torch.randn(5, 4)}
+    with torch.no_grad():
+        out = Greedy(policy).act(obs)
+        torch.testing.assert_close(out.actions, policy.act(obs, deterministic=True).actions)
+
+    class NoLogProb:
+        def act(self, obs, deterministic=False):
+            return PolicyOutput(torch.full((3, 2), float(deterministic)), None, torch.zeros(3), {})
+
+        def value(self, obs):
+            return torch.ones(3)
+
+    out = Greedy(NoLogProb()).act(obs)
+    assert bool((out.actions == 1).all()) and out.log_prob.shape == (3,) and not out.log_prob.any()
+    assert Greedy(NoLogProb()).value(obs).sum() == 3  # everything else is the wrapped policy's
+
+
+@pytest.mark.parametrize("rollout", ["greedy", "sampled"])
+def test_opd_rollouts_of_a_flow_vla_start_where_greedy_evaluation_does(tmp_path, fake_env, rollout):
+    """``algo.rollout: greedy``: the trainer collects with the student's deterministic action, so every
+    stored denoising path starts at x_0 = 0 and follows the ODE; the exact KL is scored on those x_k.
+    ``sampled`` paths start from Gaussian noise."""
+    import unittest.mock
+
+    from robo_rl.config import from_dict
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.train import train
+
+    def cfg(name, algo):
+        return from_dict(TrainConfig, {
+            "env": {"name": fake_env, "num_envs": 2, "max_episode_steps": 4, "image_size": 32},
+            "policy": {"name": "pi0", "arch": "tiny", "exec_steps": 2, "sampler": "noise"}, "algo": algo,
+            "run": {"total_env_steps": 8, "rollout_steps": 2, "eval_every_steps": 0, "final_eval_episodes": 0,
+                    "video": False, "progress": False, "tensorboard": False, "out_dir": str(tmp_path), "name": name}})
+
+    train(cfg("teacher", {"name": "ppo", "minibatches": 1, "epochs": 1}))
+    seen, original = [], OPD.update
+
+    def spy(self, batch):
+        seen.append((batch.extras["path"].clone(), batch.log_prob.clone()))
+        out = original(self, batch)
+        seen.append(out)
+        return out
+
+    with unittest.mock.patch.object(OPD, "update", spy):
+        train(cfg("student", {"name": "opd", "teacher": str(tmp_path / "teacher"), "loss": "kl", "rollout": rollout,
+                              "minibatches": 1, "epochs": 1}))
+    (path, log_prob), stats = seen[0], seen[1]
+    assert path.ndim == 4 and path.shape[1] > 2  # (N, K + 1, H, A)
+    starts_at_zero = bool((path[:, 0] == 0).all())
+    assert starts_at_zero == (rollout == "greedy")
+    assert bool((log_prob == 0).all()) == (rollout == "greedy")  # the ODE path has no sampled transition
+    assert stats["policy_loss"] > 0 and np.isfinite(stats["policy_loss"])
