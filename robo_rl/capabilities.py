@@ -139,8 +139,9 @@ class ReferencePolicy(Protocol):
 class ProgressAware(Protocol):
     """An algorithm with schedules over the run (learning-rate decay, teacher weight annealing)."""
 
-    def set_progress(self, fraction_done: float) -> None:
-        """``fraction_done`` in [0, 1]: env steps so far / total."""
+    def set_progress(self, fraction_done: float, env_steps: int | None = None) -> None:
+        """``fraction_done`` in [0, 1]: env steps so far / total; ``env_steps``: so far (schedules with a
+        horizon of their own, e.g. RPD's ``anneal_env_steps``)."""
         ...
 
 

@@ -148,7 +148,7 @@ class PPO(OptimizerState):
         ratio's numerator, differentiable)."""
         return None, {}
 
-    def set_progress(self, fraction_done: float) -> None:
+    def set_progress(self, fraction_done: float, env_steps: int | None = None) -> None:
         """Update the learning rate for a linear schedule (fraction of the run done, 0..1)."""
         if self.cfg.lr_schedule == "linear":
             for group in self.optimizer.param_groups:
@@ -197,7 +197,7 @@ class PPO(OptimizerState):
                     extra, extra_terms = self.extra_loss(dataclasses.replace(mb, aux=mb.aux | {"new_log_prob": new_log_prob}))
                     if extra is not None:
                         loss = loss + extra
-                        terms.update(extra_terms)
+                    terms.update(extra_terms)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if warmup:  # fit the critic only: the actor (and a trunk it shares) stays as it is

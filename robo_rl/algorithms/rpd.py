@@ -51,8 +51,12 @@ class RPDConfig(PPOConfig):
     lambda_: float = ranged(1.0, ge=0)
     """Weight of the distance term. Range: >= 0."""
     anneal: Literal["constant", "linear", "cosine"] = "constant"
-    """constant, or decay of lambda to 0 over the run's env steps: linear, or cosine (RPD's reference:
+    """constant, or decay of lambda to 0 over ``anneal_env_steps``: linear, or cosine (RPD's reference:
     lambda * (1 + cos(pi * fraction)) / 2)."""
+    anneal_env_steps: int = ranged(0, ge=0, unit="env steps")
+    """The annealing horizon: lambda reaches 0 after this many env steps and stays there (RPD's reference:
+    ``max_ppd_anneal_steps``, apart from the run's length); 0: over the whole run (``run.total_env_steps``),
+    which a run stopped earlier by ``run.max_minutes`` never reaches. Range: >= 0 env steps."""
     distance: Literal["mse", "l1", "nll", "kl"] = "mse"
     """How far the student is from the teacher's action (see the module docstring)."""
     teacher_samples: int = ranged(10, ge=2)
@@ -92,8 +96,10 @@ class RPD(PPO):
                               f"{tuple(student_action_shape)}; RPD needs the same action space")
         self.teacher = teacher
 
-    def set_progress(self, fraction_done: float) -> None:
-        super().set_progress(fraction_done)
+    def set_progress(self, fraction_done: float, env_steps: int | None = None) -> None:
+        super().set_progress(fraction_done, env_steps)
+        if self.cfg.anneal_env_steps and env_steps is not None:
+            fraction_done = env_steps / self.cfg.anneal_env_steps
         f = min(1.0, max(0.0, fraction_done))
         if self.cfg.anneal == "linear":
             self.lam = self.cfg.lambda_ * (1.0 - f)
@@ -170,8 +176,8 @@ class RPD(PPO):
         return self.teacher.act(obs, deterministic=deterministic).actions
 
     def extra_loss(self, mb: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        if self.lam == 0.0:
-            return None, {}
+        if self.lam == 0.0:  # annealed away: the teacher is not asked (its weight is still logged)
+            return None, {"teacher_lambda": torch.tensor(0.0)}
         if self.cfg.distance == "kl":
             aux = mb.aux if "teacher_mean" in mb.aux else self._teacher_targets(mb.obs)
             new_log_prob = mb.aux.get("new_log_prob")

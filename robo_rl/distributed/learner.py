@@ -167,12 +167,14 @@ class LearnerWorker:
         if hasattr(self.algo, "updates"):
             self.algo.updates = updates
 
-    def update(self, shard: Any, buffers: dict[str, torch.Tensor], progress: float | None) -> dict[str, float]:
-        """One algorithm update on this learner's shard (all learners at once)."""
+    def update(self, shard: Any, buffers: dict[str, torch.Tensor],
+               progress: tuple[float, int | None] | None) -> dict[str, float]:
+        """One algorithm update on this learner's shard (all learners at once); ``progress``: (fraction of
+        the run done, env steps so far) as the trainer gave ``set_progress``."""
         for name, value in buffers.items():
             self.policy.get_buffer(name).copy_(value)
         if progress is not None and isinstance(self.algo, ProgressAware):
-            self.algo.set_progress(progress)
+            self.algo.set_progress(*progress)
         self.policy.train()
         return self.algo.update(shard.to(self.device))
 
@@ -267,7 +269,7 @@ class RayLearners:
         self.n = cfg.cluster.num_learners
         self.workers: list[Any] = []
         self.restarts = 0
-        self._progress: float | None = None
+        self._progress: tuple[float, int | None] | None = None
         self._algo_state: dict[str, Any] | None = None  # to start (again) from: restored or last checkpointed
         self._updates = 0  # completed updates (survives a restart of the group)
         # the algorithm's own prepare() turns trajectories into the batch here, before it is sharded: an
@@ -278,8 +280,8 @@ class RayLearners:
         self._prepare = build_algorithm(cfg.algo, policy).prepare
 
     # -- algorithm interface ---------------------------------------------------------------------
-    def set_progress(self, fraction_done: float) -> None:
-        self._progress = fraction_done
+    def set_progress(self, fraction_done: float, env_steps: int | None = None) -> None:
+        self._progress = (fraction_done, env_steps)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._algo_state = state

@@ -293,7 +293,7 @@ class Trainer:
         st.env_steps += steps
         self.policy.train()
         if isinstance(self.algo, ProgressAware):
-            self.algo.set_progress(st.env_steps / rc.total_env_steps)
+            self.algo.set_progress(st.env_steps / rc.total_env_steps, st.env_steps)
         losses = self.algo.update(batch)
         if track_stats:
             self.policy.update_normalizer(batch.obs)

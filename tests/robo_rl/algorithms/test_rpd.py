@@ -14,6 +14,7 @@ from policies.mlp import MLPActorCritic, MLPConfig
 from robo_rl.algorithms.ppo import PPO, PPOConfig
 from robo_rl.algorithms.rpd import RPD, RPDConfig
 from robo_rl.batch import RolloutBatch
+from robo_rl.config import from_dict
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
 from tests.conftest import run_cli
@@ -318,3 +319,44 @@ def test_kl_variant_pulls_the_student_gaussian_towards_the_teacher_and_refuses_a
         RPD(RPDConfig(teacher="unused", distance="kl"), TokenStudent())
     with pytest.raises(ConfigError, match="teacher_samples"):
         RPDConfig(teacher="unused", distance="kl", teacher_samples=1)
+
+
+def test_lambda_anneals_over_its_own_horizon_of_env_steps():
+    policy = MLPActorCritic(MLPConfig(hidden=(8,)), {"state": ArraySpec((3,), "float32")}, ArraySpec((2,), "float32", -1.0, 1.0))
+    cosine = RPD(RPDConfig(teacher="t", lambda_=2.0, anneal="cosine", anneal_env_steps=1000), policy)
+    cosine.set_progress(0.05, 500)  # half of the horizon, a twentieth of the run
+    assert cosine.lam == pytest.approx(1.0)
+    cosine.set_progress(0.15, 1500)  # past the horizon: 0, and it stays there
+    assert cosine.lam == 0.0
+    cosine.set_progress(0.5)  # no env-step count given: the run's fraction
+    assert cosine.lam == pytest.approx(1.0)
+    linear = RPD(RPDConfig(teacher="t", lambda_=2.0, anneal="linear", anneal_env_steps=1000), policy)
+    linear.set_progress(0.9, 250)
+    assert linear.lam == pytest.approx(1.5)
+    with pytest.raises(ConfigError, match=r"'algo.anneal_env_steps' = -1"):
+        from_dict(RPDConfig, {"teacher": "t", "anneal_env_steps": -1}, "algo")
+
+
+def test_the_trainer_anneals_lambda_to_zero_within_anneal_env_steps(tmp_path, fake_env):
+    """A run gives the algorithm its env-step count: lambda is 0 from ``anneal_env_steps`` on, although the
+    run is four times longer."""
+    import csv
+
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.train import train
+
+    def cfg(name, algo, steps):
+        return from_dict(TrainConfig, {
+            "env": {"name": fake_env, "num_envs": 2, "max_episode_steps": 4},
+            "policy": {"name": "mlp", "hidden": [8]}, "algo": {"minibatches": 1, "epochs": 1, **algo},
+            "run": {"total_env_steps": steps, "rollout_steps": 4, "eval_every_steps": 0, "final_eval_episodes": 0,
+                    "video": False, "progress": False, "tensorboard": False, "out_dir": str(tmp_path), "name": name}})
+
+    train(cfg("teacher", {"name": "ppo"}, 8))
+    train(cfg("student", {"name": "rpd", "teacher": str(tmp_path / "teacher"), "anneal": "linear",
+                          "anneal_env_steps": 16}, 64))
+    with open(tmp_path / "student" / "metrics.csv") as f:
+        rows = [(int(r["env_steps"]), float(r["loss/teacher_lambda"])) for r in csv.DictReader(f)]
+    assert [s for s, _ in rows] == [8, 16, 24, 32, 40, 48, 56, 64]
+    assert rows[0][1] == pytest.approx(0.5)
+    assert all(lam == 0.0 for s, lam in rows if s >= 16)

@@ -119,11 +119,15 @@ def test_rpd_on_ddp_learners_equals_one_process(local_ray, tmp_path):
     base = _cfg()
     _save_teacher(base, tmp_path / "teacher")
     cfg = _cfg("algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}", "algo.lambda_=2.0", "algo.minibatches=1",
-               "algo.epochs=3", "algo.norm_adv=false", "algo.target_kl=null")
+               "algo.epochs=3", "algo.norm_adv=false", "algo.target_kl=null", "algo.anneal=linear",
+               "algo.anneal_env_steps=100")
     policy, single, algo, learners, batch = _teacher_guided(cfg, tmp_path / "teacher")
     try:
+        algo.set_progress(0.01, 50)  # the learners anneal over the same horizon of env steps: lambda 2 -> 1
+        learners.set_progress(0.01, 50)
         want = algo.update(batch)
         got = learners.update(batch)
+        assert want["teacher_lambda"] == pytest.approx(1.0) and got["teacher_lambda"] == pytest.approx(1.0)
         assert want["teacher_distance"] > 0.01 and got["teacher_distance"] == pytest.approx(want["teacher_distance"], rel=1e-4)
         for k, v in single.state_dict().items():
             assert torch.allclose(policy.state_dict()[k], v, atol=1e-5, rtol=1e-4), k
