@@ -46,7 +46,8 @@ def test_pi0_configs_dry_run(name, sim, cams, request):
                                           *[pytest.param(n, "maniskill", a, marks=[pytest.mark.maniskill, pytest.mark.slow])
                                             for n, a in (("opd_pi0_small_pushcube.yaml", "OPD"),  # ~1.5 min each here
                                                          ("opd_openvla_small_pushcube.yaml", "OPD"),
-                                                         ("rpd_vla_teacher_pushcube.yaml", "RPD"))]])
+                                                         ("rpd_vla_teacher_pushcube.yaml", "RPD"),
+                                                         ("rpd_vla_teacher_pushcube_gpu.yaml", "RPD"))]])
 def test_teacher_guided_gpu_configs_dry_run(name, sim, algo, request):
     request.getfixturevalue(f"need_{sim}")
     out = dry_run(load(TrainConfig, str(CONFIGS / name), []))
