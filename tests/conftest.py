@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import os
 import signal
 import subprocess
@@ -45,6 +47,28 @@ def run_cli(*args: str, timeout: float = 600, cwd: Path | None = None, env: dict
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "robo_rl.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or REPO, env=full_env)
+
+
+def cli_in_process(*args: str) -> subprocess.CompletedProcess:
+    """`robo-rl ARGS` through ``robo_rl.cli.main`` in this process, for input the CLI must refuse before any run
+    starts: the exit code and output ``run_cli`` would give, without a fresh interpreter importing torch. An
+    exception other than the CLI's own errors propagates (where a subprocess would print a traceback)."""
+    import torch
+
+    from robo_rl.cli import main
+
+    out, err, cwd, threads = io.StringIO(), io.StringIO(), os.getcwd(), torch.get_num_threads()
+    os.chdir(REPO)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(cwd)
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(["robo-rl", *args], code, out.getvalue(), err.getvalue())
 
 
 def interrupt_cli_after_rows(args: list[str], metrics: Path, rows: int) -> tuple[int, str, str]:

@@ -260,7 +260,7 @@ def _fit_head(model: Any, cfg: Any, data: dict[str, np.ndarray], pooled: torch.T
         loss_v.backward()
         opt.step()
         if step % 100 == 0:
-            log.info("steer fit step %d: velocity %.4f", step, float(loss_v))
+            log.info("steer fit step %d: velocity %.4f", step, loss_v.item())
 
 
 def _save_steering(model: Any, summary: dict[str, Any], target: Path) -> None:

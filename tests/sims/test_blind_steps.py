@@ -80,7 +80,7 @@ def test_vec_env_chunks_give_the_same_data_blind_or_rendering_every_step(need_ma
 def test_bench_chunks_prints_both_rates_and_the_ratio(need_maniskill, tmp_path):
     import json
 
-    from tests.conftest import run_cli
+    from tests.conftest import cli_in_process, run_cli
 
     out = tmp_path / "chunks.json"
     proc = run_cli("bench", "chunks", "--workers", "1", "--chunk", "3", "--calls", "2", "--rounds", "1",
@@ -89,5 +89,5 @@ def test_bench_chunks_prints_both_rates_and_the_ratio(need_maniskill, tmp_path):
     (row,) = json.loads(out.read_text())
     assert row["chunk"] == 3 and row["blind"] > 0 and row["every-step"] > 0
     assert row["ratio"] == row["blind"] / row["every-step"] and "blind/every" in proc.stdout
-    proc = run_cli("bench", "chunks", "--chunk", "0")
+    proc = cli_in_process("bench", "chunks", "--chunk", "0")
     assert proc.returncode == 2 and "--chunk" in proc.stderr

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import interrupt_cli_after_rows, run_cli
+from tests.conftest import cli_in_process, interrupt_cli_after_rows, run_cli
 
 pytestmark = pytest.mark.maniskill
 
@@ -167,14 +167,14 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     # an exploring log (an action offset redrawn every call), pooled with the first for the mean head; the failure
     # predictor on the plain log
     explored = tmp_path / "explored.npz"
-    proc = run_cli("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--num-envs", "2",
-                   "--explore", "0.5", "--explore-per", "call")
+    proc = cli_in_process("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--num-envs",
+                          "2", "--explore", "0.5", "--explore-per", "call")
     assert proc.returncode == 0 and json.loads(proc.stdout)["explore"] == 0.5, proc.stderr[-3000:]
-    proc = run_cli("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--explore", "-1")
+    proc = cli_in_process("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--explore", "-1")
     assert proc.returncode == 2 and "--explore" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), str(explored), "--out",
-                   str(tmp_path / "steering_mean"), "--steps", "10", "--head", "mean", "--advantage", "gae",
-                   "--gae-lambda", "0.5", "--returns", "success", "--fail-log", str(log))
+    proc = cli_in_process("steer", "fit", str(tmp_path / "sft"), "--log", str(log), str(explored), "--out",
+                          str(tmp_path / "steering_mean"), "--steps", "10", "--head", "mean", "--advantage", "gae",
+                          "--gae-lambda", "0.5", "--returns", "success", "--fail-log", str(log))
     assert proc.returncode == 0, proc.stderr[-3000:]
     fitted = json.loads(proc.stdout)  # the gate learns from the plain log alone
     assert fitted["calls"] > 0 and len(fitted["log"]) == 2 and fitted["fail_log"] == [str(log)]
@@ -185,14 +185,14 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     # 4 episodes: the held-out split is one episode, one class: --tau auto is refused before any training
     for bad, fragment in ((["--tau", "auto"], "held-out episodes"), (["--tau", "1.5"], "not a probability"),
                           (["--temperature", "0"], "temperature must be > 0"), (["--gae-lambda", "2"], "GAE lambda")):
-        proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "auto"), *bad)
+        proc = cli_in_process("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "auto"), *bad)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "auto").exists()
     for mode, extra, steered, beta in (("gated", [], None, 1.0), ("off", [], 0.0, 1.0),
                                        ("gated", ["--tau", "0", "--beta", "2.5"], 1.0, 2.5)):
         out = tmp_path / f"steer_{mode}_{beta}.json"
-        proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
-                       "--episodes", "2", "--num-envs", "2", "--mode", mode, "--out", str(out), *extra)
+        proc = cli_in_process("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
+                              "--episodes", "2", "--num-envs", "2", "--mode", mode, "--out", str(out), *extra)
         assert proc.returncode == 0, proc.stderr[-3000:]
         res = json.loads(proc.stdout)
         assert res["episodes"] == 2 and (steered is None or res["steered_fraction"] == steered) and res["beta"] == beta
@@ -227,13 +227,13 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
              "is in (0, 1)"),
             (["fit", sft, "--log", str(log), "--out", str(tmp_path / "b"), "--gate", "conformal", "--alpha", "0.05"],
              "needs >= 19 successful calibration episodes")):
-        proc = run_cli("steer", *argv)
+        proc = cli_in_process("steer", *argv)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr[-2000:])
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep" and not (tmp_path / "b").exists()
     assert not (tmp_path / "c.npz").exists()
-    proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"), "--beta", "0")
+    proc = cli_in_process("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"), "--beta", "0")
     assert proc.returncode == 2 and "steering scale" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
+    proc = cli_in_process("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
     # the conformal gate: a log of 36 episodes (the real log's calls re-labelled: every fourth episode failed),
@@ -245,16 +245,16 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     many["episode"] = np.repeat(np.arange(36), per)
     many["failed"] = np.repeat(np.arange(36) % 4 == 0, per)
     np.savez(tmp_path / "many.npz", **many)
-    proc = run_cli("steer", "fit", sft, "--log", str(tmp_path / "many.npz"), "--out", str(tmp_path / "conformal"),
+    proc = cli_in_process("steer", "fit", sft, "--log", str(tmp_path / "many.npz"), "--out", str(tmp_path / "conformal"),
                    "--steps", "5", "--gate", "conformal", "--alpha", "0.25")
     assert proc.returncode == 0, proc.stderr[-3000:]
     fitted = json.loads(proc.stdout)
     assert fitted["config"]["gate"] == "conformal" and fitted["conformal"]["alpha"] == 0.25
     assert fitted["conformal"]["calibration_episodes"] >= 3 and 0.0 <= fitted["gate_test"]["false_alarm_rate"] <= 1.0
-    proc = run_cli("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2")
+    proc = cli_in_process("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2")
     assert proc.returncode == 0 and json.loads(proc.stdout)["gate"] == "conformal", proc.stderr[-3000:]
-    proc = run_cli("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2", "--num-envs", "2",
-                   "--mode", "off")  # the base alone, the conformal gate watched
+    proc = cli_in_process("steer", "eval", sft, "--steering", str(tmp_path / "conformal"), "--episodes", "2",
+                          "--num-envs", "2", "--mode", "off")  # the base alone, the conformal gate watched
     assert proc.returncode == 0, proc.stderr[-3000:]
     off = json.loads(proc.stdout)
     assert off["steered_fraction"] == 0.0 and len(sum(off["gate_monitor"]["episode_excursion"], [])) == 2
@@ -272,7 +272,7 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert all(torch.equal(before[k], after[k]) for k in before if not k.startswith("head."))
     # a log of another base policy (the PPO run's) is refused for this one, in one line
     assert len(set(calls["base_id"].tolist())) == 1
-    proc = run_cli("steer", "fit", str(tmp_path / "ppo"), "--log", str(log), "--out", str(tmp_path / "other"))
+    proc = cli_in_process("steer", "fit", str(tmp_path / "ppo"), "--log", str(log), "--out", str(tmp_path / "other"))
     assert proc.returncode == 2 and "was collected with another base policy" in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "other").exists()
 

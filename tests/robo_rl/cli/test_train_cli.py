@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, interrupt_cli_after_rows, run_cli
+from tests.conftest import REPO, cli_in_process, interrupt_cli_after_rows, run_cli
 
 pytestmark = pytest.mark.maniskill
 
@@ -182,10 +182,10 @@ def test_mismatched_checkpoint_is_one_line(trained_run, tmp_path, need_maniskill
 
 def test_overrides_may_follow_options(tmp_path):
     """KEY=VALUE words after options reach the command's overrides; other stray words are refused."""
-    proc = run_cli("steer", "collect", str(tmp_path / "nowhere"), "--episodes", "1", "--out", str(tmp_path / "x.npz"),
+    proc = cli_in_process("steer", "collect", str(tmp_path / "nowhere"), "--episodes", "1", "--out", str(tmp_path / "x.npz"),
                    "env.variations.object_pose_jitter=0.05")
     assert proc.returncode == 2 and "unrecognized arguments" not in proc.stderr and "nowhere" in proc.stderr, proc.stderr
-    proc = run_cli("steer", "collect", str(tmp_path / "nowhere"), "--episodes", "1", "--out", str(tmp_path / "x.npz"),
+    proc = cli_in_process("steer", "collect", str(tmp_path / "nowhere"), "--episodes", "1", "--out", str(tmp_path / "x.npz"),
                    "--bogus")
     assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
 

@@ -11,7 +11,7 @@ import pytest
 
 from robo_rl.data.episodes import DatasetError, Episode, load_episodes, read_meta, write_episodes
 from robo_rl.data.libero_hdf5 import read_libero_demos
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process, run_cli
 
 
 def _episode(t=4, seed=1):
@@ -190,7 +190,7 @@ def test_convert_cli_drops_unconvertible_episodes_only_when_asked(tmp_path):
     bad = Episode({"state": np.zeros((5, 9), np.float32)}, np.zeros((4, 8), np.float32), base.rewards, base.success, seed=2)
     bad.actions[1, 0] = 0.3
     src = write_episodes(tmp_path / "src.h5", [good, bad], {"control_mode": "pd_joint_pos"})
-    proc = run_cli("demos", "convert", str(src), "--control-mode", "pd_joint_delta_pos", "--out", str(tmp_path / "a.h5"))
+    proc = cli_in_process("demos", "convert", str(src), "--control-mode", "pd_joint_delta_pos", "--out", str(tmp_path / "a.h5"))
     assert proc.returncode == 2 and "seed 2" in proc.stderr and not (tmp_path / "a.h5").exists()
     proc = run_cli("demos", "convert", str(src), "--control-mode", "pd_joint_delta_pos", "--out", str(tmp_path / "b.h5"),
                    "--drop-unconvertible")
@@ -246,7 +246,7 @@ def test_parallel_expert_workers_give_the_serial_episodes(tmp_path, need_maniski
     for x, y in zip(a, b):
         np.testing.assert_allclose(x.actions, y.actions, atol=1e-6)
         np.testing.assert_allclose(x.obs["state"], y.obs["state"], atol=1e-5)
-    proc = run_cli("demos", "generate", "--task", "PushCube-v1", "--episodes", "1", "--workers", "0",
+    proc = cli_in_process("demos", "generate", "--task", "PushCube-v1", "--episodes", "1", "--workers", "0",
                    "--out", str(tmp_path / "bad.h5"))
     assert proc.returncode != 0 and "--workers 0 must be >= 1" in proc.stderr
 
@@ -324,9 +324,9 @@ def test_libero_only_success_drops_failed_attempts(monkeypatch):
 
 def test_libero_demos_bad_task_index_and_maniskill_flags_are_one_line_errors(tmp_path):
     out = tmp_path / "x.h5"
-    proc = run_cli("demos", "generate", "--sim", "libero", "--task", "libero_object/first", "--out", str(out))
+    proc = cli_in_process("demos", "generate", "--sim", "libero", "--task", "libero_object/first", "--out", str(out))
     assert proc.returncode == 2 and "integer index, e.g. libero_object/0" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("demos", "generate", "--sim", "libero", "--task", "libero_object/0", "--workers", "4",
+    proc = cli_in_process("demos", "generate", "--sim", "libero", "--task", "libero_object/0", "--workers", "4",
                    "--noise", "0.1", "--out", str(out))
     assert proc.returncode == 2 and "--workers, --noise apply to --sim maniskill only" in proc.stderr
     assert not out.exists()
@@ -436,9 +436,9 @@ def test_libero_demos_of_several_tasks_pool_into_one_dataset(tmp_path):
 
 def test_frame_every_is_checked_and_libero_only(tmp_path):
     out = tmp_path / "x.h5"
-    proc = run_cli("demos", "generate", "--sim", "libero", "--task", "libero_spatial/0", "--frame-every", "0",
+    proc = cli_in_process("demos", "generate", "--sim", "libero", "--task", "libero_spatial/0", "--frame-every", "0",
                    "--out", str(out))
     assert proc.returncode == 2 and "--frame-every 0 must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("demos", "generate", "--task", "PushCube-v1", "--frame-every", "4", "--out", str(out))
+    proc = cli_in_process("demos", "generate", "--task", "PushCube-v1", "--frame-every", "4", "--out", str(out))
     assert proc.returncode == 2 and "--frame-every apply to --sim libero only" in proc.stderr, proc.stderr[-800:]
     assert not out.exists()

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, cli_in_process, run_cli
 
 pytestmark = pytest.mark.maniskill
 
@@ -30,9 +30,9 @@ def run_dir(tmp_path_factory):
 
 
 def test_bad_benchmark_requests_fail_before_any_episode(need_maniskill, run_dir, tmp_path):
-    proc = run_cli("eval", str(run_dir), "--benchmark", "maniskill-vison", "--out", str(tmp_path / "r.json"))
+    proc = cli_in_process("eval", str(run_dir), "--benchmark", "maniskill-vison", "--out", str(tmp_path / "r.json"))
     assert proc.returncode == 2 and "did you mean maniskill-vision" in proc.stderr
-    proc = run_cli("eval", str(run_dir), "--benchmark", "maniskill-vision", "--out", str(tmp_path / "r.json"))
+    proc = cli_in_process("eval", str(run_dir), "--benchmark", "maniskill-vision", "--out", str(tmp_path / "r.json"))
     assert proc.returncode == 2 and "observes only state" in proc.stderr
     assert not (tmp_path / "r.json").exists()
 

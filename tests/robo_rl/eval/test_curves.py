@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process, run_cli
 
 
 def _run(path, points, final=None):
@@ -35,7 +35,7 @@ def test_curves_cli_prints_table_and_finals(tmp_path):
                    "--out", str(tmp_path / "c.png"))
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "0.50 [0.50, 0.50]" in proc.stdout and "final evaluations 1.00" in proc.stdout
-    bad = run_cli("curves", "--group", f"x={tmp_path / 'missing'}", "--out", str(tmp_path / "d.png"))
+    bad = cli_in_process("curves", "--group", f"x={tmp_path / 'missing'}", "--out", str(tmp_path / "d.png"))
     assert bad.returncode == 2 and "has no metrics.csv" in bad.stderr and bad.stderr.count("\n") <= 2
 
 
@@ -58,7 +58,7 @@ def test_curves_and_eval_argument_errors_are_one_line(tmp_path):
           [(["eval", str(tmp_path / "s0"), "--device", "cuda"], "--device 'cuda' but this machine has no CUDA device")]),
     ]
     for argv, fragment in cases:
-        proc = run_cli(*argv)
+        proc = cli_in_process(*argv)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-1500:]
     assert not (tmp_path / "c.png").exists()
 

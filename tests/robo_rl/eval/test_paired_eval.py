@@ -71,12 +71,12 @@ def test_compare_files_and_refusals(tmp_path):
     r = compare([a1, a2], [b1, b2], reps=500)
     assert r["episodes"] == 6 and r["a"]["success_rate"] == pytest.approx(4 / 6)
     assert r["paired"]["difference"] == pytest.approx(2 / 6) and r["paired"]["a_only"] == 2
-    from tests.conftest import run_cli
+    from tests.conftest import cli_in_process, run_cli
 
     proc = run_cli("compare", "--a", a1, a2, "--b", b1, b2)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["paired"]["a_only"] == 2 and "over 6 paired episodes: A - B +0.333" in proc.stderr
-    bad = run_cli("compare", "--a", a1, "--b", b2)
+    bad = cli_in_process("compare", "--a", a1, "--b", b2)
     assert bad.returncode != 0 and "do not pair" in bad.stderr
     with pytest.raises(RoboRLError, match=r"do not pair: per-env episode counts"):
         compare([a1], [b2])

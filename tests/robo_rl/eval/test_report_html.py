@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process, run_cli
 
 STRENGTHS = (0.0, 1.0, 2.0, 4.0)
 
@@ -135,7 +135,7 @@ def test_cli_writes_the_html_next_to_the_markdown(tmp_path):
     proc = run_cli("eval", "--report", str(p["a"]))  # without --html: the page next to the markdown
     assert proc.returncode == 0 and json.loads(proc.stdout)["html"] == str(p["a"].with_suffix(".html"))
     assert "<html" in p["a"].with_suffix(".html").read_text()
-    proc = run_cli("eval", "runs/x", "--html", str(tmp_path / "y.html"))
+    proc = cli_in_process("eval", "runs/x", "--html", str(tmp_path / "y.html"))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--html" in proc.stderr
 
 
