@@ -9,7 +9,7 @@ from robo_rl.errors import RoboRLError
 BENCHES = {"env": "benchmarks.env_overhead", "ppo": "benchmarks.ppo_vs_sb3", "decode": "benchmarks.decode",
            "ros": "benchmarks.ros_latency", "sample": "benchmarks.sample",
            "rollout": "benchmarks.rollout", "scale": "benchmarks.scale",
-           "chunks": "benchmarks.chunks"}
+           "chunks": "benchmarks.chunks", "sil": "benchmarks.sil_update"}
 
 
 def run_bench(name: str, argv: list[str]) -> int:

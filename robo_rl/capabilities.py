@@ -111,6 +111,19 @@ class SelfImitator(Protocol):
 
 
 @runtime_checkable
+class ScoreAndImitate(Protocol):
+    """A ``SelfImitator`` that scores its recorded actions and imitates them from one pass over the
+    observations (a VLA's prefix embedded once, not once per term)."""
+
+    def score_and_imitate(self, obs: Observation, extras: dict[str, Any], weights: Any,
+                          per_token: bool) -> tuple[Any, Any, Any]:
+        """(log-probs, entropy, self-imitation loss): ``token_log_probs(obs, extras)`` and no entropy
+        (None) if ``per_token``, else ``evaluate(obs, extras)``'s log-prob and entropy; the last term is
+        ``self_imitation_loss(obs, extras, weights)``."""
+        ...
+
+
+@runtime_checkable
 class TeacherGuided(Protocol):
     """An algorithm that learns from a teacher policy (RPD, OPD); the trainer hands the teacher over."""
 

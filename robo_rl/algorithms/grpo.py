@@ -28,7 +28,7 @@ from robo_rl.algorithms.advantages import AdvantageEstimator
 from robo_rl.algorithms.calls import LocalCalls, PolicyCalls
 from robo_rl.algorithms.optim import OptimizerState, TermMeans, minibatch_indices
 from robo_rl.batch import RolloutBatch, Trajectories
-from robo_rl.capabilities import FineRatios, SelfImitator, TokenScorer, require
+from robo_rl.capabilities import FineRatios, ScoreAndImitate, SelfImitator, TokenScorer, require
 from robo_rl.config import check_ranges, ranged
 from robo_rl.errors import ConfigError
 from robo_rl.registry import ADVANTAGES
@@ -171,7 +171,15 @@ class GRPO(OptimizerState):
         logged = TermMeans()  # self_imitation is absent from minibatches without a positive row
         for idx in minibatch_indices(n, cfg.minibatches, cfg.epochs, self.generator):
             mb = batch.index(idx)
-            new = self._log_probs(mb.obs, mb.extras)
+            weights = mb.advantages.clamp_min(0.0)
+            imitate = cfg.sil_coef > 0 and bool((weights > 0).any())
+            entropy = sil = None
+            if imitate and isinstance(self.policy, ScoreAndImitate):  # one prefix pass for both terms
+                new, entropy, sil = self.calls("score_and_imitate", mb.obs, mb.extras, weights, self.tokens)
+            elif self.tokens:
+                new = self._log_probs(mb.obs, mb.extras)
+            else:
+                new, entropy, _ = self.calls("evaluate", mb.obs, mb.extras)
             loss, terms = grpo_loss(new, old[idx], mb.advantages, cfg.clip_low, cfg.clip_high)
             terms["policy_loss"] = loss.detach()
             if ref is not None:  # k3: exp(ref - new) - (ref - new) - 1 >= 0, an unbiased KL(new || ref)
@@ -179,14 +187,15 @@ class GRPO(OptimizerState):
                 kl = (d.exp() - d - 1.0).mean()
                 loss = loss + cfg.kl_coef * kl
                 terms["kl_ref"] = kl.detach()
-            if cfg.sil_coef > 0:
-                weights = mb.advantages.clamp_min(0.0)
-                if bool((weights > 0).any()):
+            if imitate:
+                if sil is None:
                     sil = self.calls("self_imitation_loss", mb.obs, mb.extras, weights)
-                    loss = loss + cfg.sil_coef * sil
-                    terms["self_imitation"] = sil.detach()
+                loss = loss + cfg.sil_coef * sil
+                terms["self_imitation"] = sil.detach()
             if cfg.ent_coef > 0:
-                entropy = self.calls("evaluate", mb.obs, mb.extras)[1].mean()
+                if entropy is None:
+                    entropy = self.calls("evaluate", mb.obs, mb.extras)[1]
+                entropy = entropy.mean()
                 loss = loss - cfg.ent_coef * entropy
                 terms["entropy"] = entropy.detach()
             self.optimizer.zero_grad(set_to_none=True)

@@ -297,8 +297,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="benchmarks: ppo (ours vs SB3), env (VecEnv overhead), decode (VLA batch decoding), "
                                      "sample (pi0 chunk sampling), ros (ROS 2 node latency), rollout (serial vs pipelined), "
                                      "scale (VLA-driven env batch: steps/s, GPU utilization), chunks (blind chunk steps vs "
-                                     "rendering every step)")
-    b.add_argument("name", help="ppo | env | decode | sample | ros | rollout | scale | chunks")
+                                     "rendering every step), sil (GRPO self-imitation: one prefix pass vs two)")
+    b.add_argument("name", help="ppo | env | decode | sample | ros | rollout | scale | chunks | sil")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (see --help)")
     b.set_defaults(fn=cmd_bench)
 

@@ -75,6 +75,9 @@ BAD = [
     ("sample", ["--batch", "0"], "--batch 0 must be >= 1"),
     ("sample", ["--rounds", "0"], "--rounds 0 must be >= 1"),
     ("sample", ["--threads", "-1"], "--threads -1 must be >= 1"),
+    ("sil", ["--transitions", "32", "0"], "--transitions 0 must be >= 1"),
+    ("sil", ["--minibatches", "0"], "--minibatches 0 must be >= 1"),
+    ("sil", ["--rounds", "0"], "--rounds 0 must be >= 1"),
     ("rollout", ["--steps", "0"], "--steps 0 must be >= 1"),
     ("rollout", ["--rounds", "0"], "--rounds 0 must be >= 1"),
     ("rollout", ["--hidden", "64", "0"], "--hidden 0 must be >= 1"),
@@ -115,7 +118,7 @@ def blocker(tmp_path):
     return f
 
 
-@pytest.mark.parametrize("bench,flag", [("decode", "--json"), ("sample", "--json"), ("scale", "--json"),
+@pytest.mark.parametrize("bench,flag", [("decode", "--json"), ("sample", "--json"), ("sil", "--json"), ("scale", "--json"),
                                         ("chunks", "--json"), ("ros", "--json"), ("ppo", "--out")])
 def test_unwritable_output_fails_before_the_measurement(no_heavy, capsys, blocker, bench, flag):
     bad = blocker / "sub" / "r.json"  # a path under a regular file: its parent can never be created

@@ -1,10 +1,14 @@
 """GRPO's self-imitation term on the tiny pi0-style policy: the flow-matching loss on the policy's own
 sampled chunks counts only the rows it is weighted on, it pulls the greedy (ODE) chunk towards the
-weighted row's chunk, and GRPO adds it to its loss with its coefficient."""
+weighted row's chunk, and GRPO adds it to its loss with its coefficient, from the same prefix pass as the
+log-probs (the same update as two passes)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 import torch
 
 from robo_rl.algorithms.grpo import GRPO, GRPOConfig
@@ -105,7 +109,66 @@ def test_the_logged_term_averages_the_minibatches_it_was_applied_to():
         return 2.0 * weights.sum() + 0.0 * next(p.parameters()).sum()
 
     p.self_imitation_loss = term
+    p.score_and_imitate = lambda obs, extras, weights, per_token: (
+        p.token_log_probs(obs, extras) if per_token else p.evaluate(obs, extras)[0], None, term(obs, extras, weights))
     p.train()
     terms = GRPO(GRPOConfig(lr=1e-6, epochs=1, minibatches=2, sil_coef=1.0), p).update(batch)
     assert len(weights_seen) == 1 and weights_seen[0].tolist() == [1.0]
     assert np.isclose(terms["self_imitation"], 2.0), terms
+
+
+def test_one_prefix_pass_gives_what_the_separate_calls_give():
+    p, _, out, stored = _sampled(4)
+    w = torch.tensor([1.0, 0.0, 2.0, 0.5])
+    for per_token in (True, False):
+        torch.manual_seed(3)
+        fused = p.score_and_imitate(stored, out.extras, w, per_token)
+        torch.manual_seed(3)
+        lp, ent, _ = p.evaluate(stored, out.extras)
+        apart = (p.token_log_probs(stored, out.extras) if per_token else lp, None if per_token else ent,
+                 p.self_imitation_loss(stored, out.extras, w))
+        assert fused[0].shape == apart[0].shape == ((4, 1) if per_token else (4,))
+        for a, b in zip(fused, apart):
+            assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+
+
+@pytest.mark.parametrize("token_level", [True, False])
+def test_grpo_takes_the_same_step_with_one_prefix_pass_as_with_two(token_level, monkeypatch):
+    import robo_rl.algorithms.grpo as grpo_module
+
+    p, _, out, stored = _sampled(4)
+    q = Pi0Policy(p.cfg, OBS_SPEC, ACT)
+    q.load_state_dict(p.state_dict())
+    adv = torch.tensor([1.5, -0.5, 0.5, -1.5])
+    batch = RolloutBatch(stored, out.extras, out.log_prob, out.value, adv, adv)
+    cfg = GRPOConfig(lr=1e-3, epochs=2, minibatches=2, sil_coef=0.5, ent_coef=0.01, token_level=token_level)
+    calls: list[list[str]] = [[], []]
+    terms = []
+    for i, policy in enumerate((p, q)):
+        if i == 1:  # GRPO as if the policy had no fused call: the log-probs, then self_imitation_loss
+            monkeypatch.setattr(grpo_module, "ScoreAndImitate", type("NoPolicyHasThis", (), {}))
+        for name in ("evaluate", "token_log_probs", "score_and_imitate", "self_imitation_loss"):
+            method = getattr(policy, name)
+            monkeypatch.setattr(policy, name, lambda *a, _m=method, _n=name, _i=i: calls[_i].append(_n) or _m(*a))
+        policy.train()
+        torch.manual_seed(5)
+        terms.append(GRPO(cfg, policy, torch.Generator().manual_seed(0)).update(batch))
+    score = "token_log_probs" if token_level else "evaluate"
+    assert "score_and_imitate" in calls[0] and "self_imitation_loss" not in calls[0], calls[0]
+    assert "score_and_imitate" not in calls[1] and {score, "self_imitation_loss"} <= set(calls[1]), calls[1]
+    assert terms[0]["self_imitation"] > 0 and terms[0].keys() == terms[1].keys()
+    for k in terms[0]:
+        assert np.isclose(terms[0][k], terms[1][k], rtol=1e-4, atol=1e-6), (k, terms[0][k], terms[1][k])
+    for (name, a), b in zip(p.state_dict().items(), q.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_bench_sil_times_the_three_updates_side_by_side(tmp_path, capsys):
+    from benchmarks import run_bench
+
+    out = tmp_path / "sil.json"
+    assert run_bench("sil", ["--arch", "tiny", "--transitions", "4", "--rounds", "1", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["transitions"] == 4 and min(row["one_pass_s"], row["two_passes_s"], row["no_sil_s"]) > 0
+    assert row["two_over_one"] == pytest.approx(row["two_passes_s"] / row["one_pass_s"])
+    assert "two/one" in capsys.readouterr().out

@@ -394,6 +394,19 @@ class Pi0Policy(nn.Module):
         ``act`` stored. Row i counts with weight ``weights[i]`` >= 0 (N,): a weighted mean over the masked
         elements (0 when every weight is 0)."""
         pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
+        return self._self_imitation(pre, state, extras, weights)
+
+    def score_and_imitate(self, obs: dict[str, Any], extras: dict[str, Any], weights: torch.Tensor,
+                          per_token: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """``token_log_probs`` (``per_token``; entropy None) or ``evaluate``'s log-prob and entropy, and
+        ``self_imitation_loss``, on one prefix pass (the VLM embeds the images and prompt once): equal to
+        the two calls in that order."""
+        pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
+        logp, ent = path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
+                                  self.log_prob_mask(), self.noise_head, per_step=per_token)
+        return logp, None if per_token else ent, self._self_imitation(pre, state, extras, weights)
+
+    def _self_imitation(self, pre: Any, state: torch.Tensor, extras: dict[str, Any], weights: torch.Tensor) -> torch.Tensor:
         target = extras["path"][:, -1].to(state.device, torch.float32)
         w = torch.as_tensor(weights, dtype=torch.float32, device=state.device).clamp_min(0.0)
         mask = self.log_prob_mask().to(target.dtype)[None] * w[:, None, None]
