@@ -30,3 +30,14 @@ gpu_env_setup() {
   export MUJOCO_GL=${MUJOCO_GL:-egl} PYOPENGL_PLATFORM=${PYOPENGL_PLATFORM:-egl} ROBO_RL_LIBERO_HOME=/tmp/robo-rl-libero
   export OUT
 }
+
+# The GPU's name, then its utilisation and memory sampled every second into $OUT/gpu_util.csv in the background
+# (summarised by gpu_util_summary.py); SMI holds the sampler's pid, "" without nvidia-smi.
+gpu_util_start() {
+  SMI=""
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 > "$OUT/gpu_util.csv" &
+    SMI=$!
+  fi
+}

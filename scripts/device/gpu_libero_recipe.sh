@@ -40,8 +40,8 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 
 main() {
   t0=$(date +%s)
+  source scripts/device/gpu_env.sh
   if [ "$GL" = egl ]; then
-    source scripts/device/gpu_env.sh
     gpu_env_setup
   else
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} MUJOCO_GL=$GL PYOPENGL_PLATFORM=$GL
@@ -49,12 +49,7 @@ main() {
   echo "setup: $(( $(date +%s) - t0 ))s"
   [ -d "$SFT/checkpoints" ] || { echo "no SFT run at $SFT: carry it (runs/openvla-small-sft-libero)"; return 2; }
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-  SMI=""
-  if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 > "$OUT/gpu_util.csv" &
-    SMI=$!
-  fi
+  gpu_util_start
   place=("env.gl=$GL" "env.envs_per_worker=$EPW")
   evals=$(( ENVS < 16 ? ENVS : 16 ))
   t1=$(date +%s)
@@ -86,15 +81,8 @@ print(f"RL: {len(rows)} updates, {int(rows[-1]['env_steps'])} env steps in {wall
       f"{int(rows[-1]['env_steps']) / max(wall, 1e-9):.1f} env steps/s; informative groups "
       f"{sum(float(r.get('rollout/informative_groups') or 0) for r in rows):.0f} of "
       f"{sum(float(r.get('rollout/groups') or 0) for r in rows):.0f}")
-util = out / "gpu_util.csv"
-if util.is_file():
-    vals = [line.split(",") for line in util.read_text().splitlines() if line.count(",") == 2]
-    u = [float(v[1]) for v in vals if v[1].strip().replace(".", "").isdigit()]
-    m = [float(v[2]) for v in vals if v[2].strip().replace(".", "").isdigit()]
-    if u:
-        print(f"GPU over the whole recipe: utilisation mean {sum(u) / len(u):.0f}% max {max(u):.0f}%, "
-              f"memory max {max(m):.0f} MiB ({len(u)} samples)")
 EOF
+  $PY scripts/device/gpu_util_summary.py "$OUT/gpu_util.csv"
   echo "total: $(( $(date +%s) - t0 ))s"
 }
 

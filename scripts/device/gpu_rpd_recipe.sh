@@ -33,8 +33,8 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 
 main() {
   t0=$(date +%s)
+  source scripts/device/gpu_env.sh
   if [ "$DEVICE" != cpu ]; then
-    source scripts/device/gpu_env.sh
     gpu_env_setup
   else
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -44,12 +44,7 @@ main() {
     [ -d "$run/checkpoints" ] || { echo "no run at $run: carry it"; return 2; }
   done
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-  SMI=""
-  if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 > "$OUT/gpu_util.csv" &
-    SMI=$!
-  fi
+  gpu_util_start
   common=("env.backend=$BACKEND" "env.num_envs=$ENVS" "run.device=$DEVICE" "run.max_minutes=$MINUTES"
           "algo.anneal_env_steps=$ANNEAL" "run.eval_every_steps=0" "run.final_eval_episodes=0"
           "run.checkpoint_every_steps=20000" "run.out_dir=$RUNS" run.torch_threads=4 run.progress=false
@@ -83,15 +78,8 @@ for arm in ("rpd", "ppo"):
     lam = rows[-1].get("loss/teacher_lambda") or "-"
     print(f"{arm}: {steps} env steps in {wall / 60:.1f} min = {steps / max(wall, 1e-9):.1f} env steps/s, "
           f"last lambda {lam}, last sampled training success {rows[-1].get('train/success_rate') or '-'}")
-util = out / "gpu_util.csv"
-if util.is_file():
-    vals = [line.split(",") for line in util.read_text().splitlines() if line.count(",") == 2]
-    u = [float(v[1]) for v in vals if v[1].strip().replace(".", "").isdigit()]
-    m = [float(v[2]) for v in vals if v[2].strip().replace(".", "").isdigit()]
-    if u:
-        print(f"GPU over the whole recipe: utilisation mean {sum(u) / len(u):.0f}% max {max(u):.0f}%, "
-              f"memory max {max(m):.0f} MiB ({len(u)} samples)")
 EOF
+  $PY scripts/device/gpu_util_summary.py "$OUT/gpu_util.csv"
   echo "total: $(( $(date +%s) - t0 ))s"
 }
 
