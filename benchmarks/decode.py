@@ -20,12 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.output import check_min, check_output, write_json
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+from benchmarks.output import check_min, check_output, sync, write_json
 
 
 def _build(args: argparse.Namespace) -> Any:
@@ -119,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {k: [] for k in methods}
             for _ in range(args.rounds):
                 for name, fn in methods.items():
-                    _sync(args.device)
+                    sync(args.device)
                     t0 = time.perf_counter()
                     results[name] = fn()
-                    _sync(args.device)
+                    sync(args.device)
                     times[name].append(time.perf_counter() - t0)
         rate = {k: b / statistics.median(v) for k, v in times.items()}
         same = float((results["ours"] == results["gen"]).all(-1).float().mean())

@@ -1,4 +1,4 @@
-"""Argument checks and result files shared by the ``robo-rl bench`` sub-commands.
+"""Argument checks, result files and device timing shared by the ``robo-rl bench`` sub-commands.
 
 Every bench checks its arguments right after parsing (``ap.error``: exit code 2, one usage + error
 line) so that a bad count or an output path that cannot be written fails before any model or env is
@@ -61,3 +61,11 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as indented JSON to ``path`` atomically, creating its directory first."""
     return write_text(path, json.dumps(obj, indent=2))
+
+
+def sync(device: str) -> None:
+    """Wait for the queued CUDA work on ``device`` (a no-op on the CPU), so a timer reads finished work."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()

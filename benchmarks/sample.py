@@ -18,12 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.output import check_min, check_output, write_json
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+from benchmarks.output import check_min, check_output, sync, write_json
 
 
 def _methods(policy: Any, obs: dict[str, Any], x0: torch.Tensor) -> dict[str, Any]:
@@ -103,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {k: [] for k in methods}
             for _ in range(args.rounds):
                 for name, fn in methods.items():
-                    _sync(args.device)
+                    sync(args.device)
                     t0 = time.perf_counter()
                     fn()
-                    _sync(args.device)
+                    sync(args.device)
                     times[name].append(time.perf_counter() - t0)
         rate = {k: b / statistics.median(v) for k, v in times.items()}
         diff = max(float((out[k] - out["cached"]).abs().max()) for k in out)

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from benchmarks.output import check_min, check_output, write_json
+from benchmarks.output import check_min, check_output, sync, write_json
 
 METHODS = ("one pass", "two passes", "no self-imitation")
 
@@ -71,12 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                 algo = GRPO(GRPOConfig(lr=1e-12, epochs=1, minibatches=args.minibatches,
                                        sil_coef=0.0 if name == "no self-imitation" else 1.0), policy)
                 torch.manual_seed(r)
-                if args.device.startswith("cuda"):
-                    torch.cuda.synchronize()
+                sync(args.device)
                 t0 = time.perf_counter()
                 algo.update(batch)
-                if args.device.startswith("cuda"):
-                    torch.cuda.synchronize()
+                sync(args.device)
                 if r:
                     times[name].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}

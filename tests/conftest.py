@@ -50,9 +50,10 @@ def run_cli(*args: str, timeout: float = 600, cwd: Path | None = None, env: dict
 
 
 def cli_in_process(*args: str) -> subprocess.CompletedProcess:
-    """`robo-rl ARGS` through ``robo_rl.cli.main`` in this process, for input the CLI must refuse before any run
-    starts: the exit code and output ``run_cli`` would give, without a fresh interpreter importing torch. An
-    exception other than the CLI's own errors propagates (where a subprocess would print a traceback)."""
+    """`robo-rl ARGS` through ``robo_rl.cli.main`` in this process: the exit code and output ``run_cli`` would give,
+    without a fresh interpreter importing torch (refusals, and repeats of a command a test already ran through
+    ``run_cli``). An exception other than the CLI's own errors propagates (where a subprocess would print a
+    traceback)."""
     import torch
 
     from robo_rl.cli import main

@@ -335,17 +335,20 @@ class Pi0Policy(nn.Module):
 
     def evaluate(self, obs: dict[str, Any], extras: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
-        logp, ent = path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
-                                  self.log_prob_mask(), self.noise_head)
+        logp, ent = self._path_log_prob(pre, state, extras)
         return logp, ent, self.value_head(pre.pooled.float()).squeeze(-1)
+
+    def _path_log_prob(self, pre: Any, state: torch.Tensor, extras: dict[str, Any],
+                       per_step: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-prob, entropy) of the stored paths given the prefix: per action (B,), or per transition (B, n)."""
+        return path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
+                             self.log_prob_mask(), self.noise_head, per_step=per_step)
 
     def token_log_probs(self, obs: dict[str, Any], extras: dict[str, Any]) -> torch.Tensor:
         """(B, n) log-prob of each stochastic denoising transition of the stored paths (n = K for
         Flow-Noise, 1 for Flow-SDE): the "tokens" of on-policy distillation for a flow VLA."""
         pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
-        lp, _ = path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
-                              self.log_prob_mask(), self.noise_head, per_step=True)
-        return lp
+        return self._path_log_prob(pre, state, extras, per_step=True)[0]
 
     def token_distributions(self, obs: dict[str, Any], extras: dict[str, Any]) -> torch.distributions.Independent:
         """The Gaussian kernel of each stochastic denoising transition of the stored paths, given the stored
@@ -402,8 +405,7 @@ class Pi0Policy(nn.Module):
         ``self_imitation_loss``, on one prefix pass (the VLM embeds the images and prompt once): equal to
         the two calls in that order."""
         pre, state = self.prefix(obs, (extras["prompt_ids"], extras["prompt_mask"]))
-        logp, ent = path_log_prob(self.model, pre, state, extras["path"], extras["step"], self.sampler,
-                                  self.log_prob_mask(), self.noise_head, per_step=per_token)
+        logp, ent = self._path_log_prob(pre, state, extras, per_step=per_token)
         return logp, None if per_token else ent, self._self_imitation(pre, state, extras, weights)
 
     def _self_imitation(self, pre: Any, state: torch.Tensor, extras: dict[str, Any], weights: torch.Tensor) -> torch.Tensor:
