@@ -125,7 +125,10 @@ class ScoreAndImitate(Protocol):
 
 @runtime_checkable
 class TeacherGuided(Protocol):
-    """An algorithm that learns from a teacher policy (RPD, OPD); the trainer hands the teacher over."""
+    """An algorithm that learns from a teacher policy (RPD, OPD); the trainer loads the teacher and hands
+    it over when ``needs_teacher()`` says the configured run will ask it anything."""
+
+    def needs_teacher(self) -> bool: ...
 
     def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...],
                     teacher_action_shape: tuple[int, ...]) -> None: ...

@@ -155,6 +155,10 @@ class OPD(OptimizerState):
         """Whether the student collects with its deterministic action (``algo.rollout: greedy``)."""
         return self.cfg.rollout == "greedy"
 
+    def needs_teacher(self) -> bool:
+        """Always: every OPD update scores the student's rollouts under the teacher."""
+        return True
+
     def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
         """Use ``teacher``: it must read the student's tokens the same way (same ``token_space``)."""
         if tuple(teacher_action_shape) != tuple(student_action_shape):

@@ -89,6 +89,11 @@ class RPD(PPO):
             raise ConfigError(f"config key 'algo.distance' = 'kl' needs a student with a Gaussian over actions "
                               f"(action_distribution: mlp, cnn), and {type(policy).__name__} has none; use mse, l1 or nll")
 
+    def needs_teacher(self) -> bool:
+        """False with ``lambda_`` 0 (PPO alone, the baseline arm of every comparison): the teacher is never
+        asked, so the runner does not load it."""
+        return self.cfg.lambda_ != 0.0
+
     def set_teacher(self, teacher: Any, student_action_shape: tuple[int, ...], teacher_action_shape: tuple[int, ...]) -> None:
         """Use ``teacher`` (a Policy); its action shape must be the student's."""
         if tuple(teacher_action_shape) != tuple(student_action_shape):

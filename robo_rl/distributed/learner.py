@@ -159,7 +159,7 @@ class LearnerWorker:
         self.module = wrap(self.policy, self.strategy, self.device)
         self.algo = build_algorithm(cfg.algo, self.policy, generator=torch.Generator().manual_seed(cfg.run.seed + 7919 * self.rank))
         self.algo.calls = DistributedCalls(self.module)
-        if isinstance(self.algo, TeacherGuided):
+        if isinstance(self.algo, TeacherGuided) and self.algo.needs_teacher():
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher, cfg.algo.teacher_policy)
             self.algo.set_teacher(teacher.to(self.device), self.specs[1].shape, teacher_actions.shape)
         if algo_state is not None:

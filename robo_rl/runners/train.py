@@ -235,7 +235,9 @@ class Trainer:
             self.algo.snapshot_reference()  # the KL reference is the policy the run starts from (after init_from)
         # teacher-guided algorithms (RPD, OPD) get their teacher once the student's weights and buffers are
         # in: OPD compares the two token spaces (a pi0's includes its action normalization)
-        if isinstance(self.algo, TeacherGuided):
+        if isinstance(self.algo, TeacherGuided) and not self.algo.needs_teacher():
+            log.info("teacher %s not loaded: %s never asks it as configured", cfg.algo.teacher, cfg.algo.name)
+        elif isinstance(self.algo, TeacherGuided):
             from robo_rl.build import policy_from_checkpoint
 
             teacher, _, teacher_actions = policy_from_checkpoint(cfg.algo.teacher, cfg.algo.teacher_policy)

@@ -360,3 +360,29 @@ def test_the_trainer_anneals_lambda_to_zero_within_anneal_env_steps(tmp_path, fa
     assert [s for s, _ in rows] == [8, 16, 24, 32, 40, 48, 56, 64]
     assert rows[0][1] == pytest.approx(0.5)
     assert all(lam == 0.0 for s, lam in rows if s >= 16)
+
+
+def test_a_run_with_lambda_zero_does_not_load_its_teacher(tmp_path, monkeypatch, fake_env):
+    """lambda_ 0 (PPO alone, the baseline arm of a comparison) never asks the teacher: the runner does not
+    load it (a VLA teacher costs seconds and memory), while lambda_ > 0 does; both runs train."""
+    from robo_rl.run_config import TrainConfig
+    from robo_rl.runners.train import train
+
+    def cfg(name, algo):
+        return from_dict(TrainConfig, {
+            "env": {"name": fake_env, "num_envs": 2, "max_episode_steps": 4},
+            "policy": {"name": "mlp", "hidden": [8]}, "algo": {"minibatches": 1, "epochs": 1, **algo},
+            "run": {"total_env_steps": 16, "rollout_steps": 4, "eval_every_steps": 0, "final_eval_episodes": 0,
+                    "video": False, "progress": False, "tensorboard": False, "out_dir": str(tmp_path), "name": name}})
+
+    train(cfg("teacher", {"name": "ppo"}))
+    handed = []
+    original = RPD.set_teacher
+    monkeypatch.setattr(RPD, "set_teacher", lambda self, *a: (handed.append(a[0]), original(self, *a)))
+    assert not RPD(RPDConfig(teacher="t", lambda_=0.0), _mlp(0)).needs_teacher()
+    assert RPD(RPDConfig(teacher="t", lambda_=0.5), _mlp(0)).needs_teacher()
+    train(cfg("ppo-arm", {"name": "rpd", "teacher": str(tmp_path / "teacher"), "lambda_": 0.0}))
+    assert handed == []
+    assert (tmp_path / "ppo-arm" / "metrics.csv").exists()
+    train(cfg("rpd-arm", {"name": "rpd", "teacher": str(tmp_path / "teacher"), "lambda_": 0.5}))
+    assert len(handed) == 1
