@@ -145,6 +145,25 @@ def test_lambda_anneals_linearly_or_with_a_cosine():
         assert algo.lam == pytest.approx(end)
 
 
+
+@pytest.mark.parametrize("anneal", ["linear", "cosine"])
+def test_lambda_anneals_to_its_floor_and_stays_there(anneal):
+    """lambda_final: the anneal runs from lambda_ down to the floor (half-way at the middle for both shapes)
+    and holds it after the horizon; a floor above lambda_, or with a constant lambda, is a one-line error."""
+    policy = MLPActorCritic(MLPConfig(hidden=(8,)), {"state": ArraySpec((3,), "float32")}, ArraySpec((2,), "float32", -1.0, 1.0))
+    algo = RPD(RPDConfig(teacher="t", lambda_=1.0, lambda_final=0.25, anneal=anneal, anneal_env_steps=100), policy)
+    for steps, lam in ((0, 1.0), (50, 0.625), (100, 0.25), (400, 0.25)):
+        algo.set_progress(steps / 400, steps)
+        assert algo.lam == pytest.approx(lam), steps
+    assert algo.needs_teacher()
+    with pytest.raises(ConfigError, match=r"'algo.lambda_final' = 2.0 is above 'algo.lambda_' = 1.0"):
+        from_dict(RPDConfig, {"teacher": "t", "lambda_final": 2.0, "anneal": "cosine"}, "algo")
+    with pytest.raises(ConfigError, match=r"'algo.lambda_final' = 0.5 needs 'algo.anneal' linear or cosine"):
+        from_dict(RPDConfig, {"teacher": "t", "lambda_final": 0.5}, "algo")
+    with pytest.raises(ConfigError, match=r"'algo.lambda_final' = -0.1"):
+        from_dict(RPDConfig, {"teacher": "t", "lambda_final": -0.1, "anneal": "cosine"}, "algo")
+
+
 class ChunkTeacher:
     """A teacher that plans chunks (B, H, A): step k of every chunk is ``k * step``."""
 
