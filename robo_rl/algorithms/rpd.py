@@ -51,17 +51,16 @@ class RPDConfig(PPOConfig):
     lambda_: float = ranged(1.0, ge=0)
     """Weight of the distance term. Range: >= 0."""
     anneal: Literal["constant", "linear", "cosine"] = "constant"
-    """constant, or decay of lambda to 0 over ``anneal_env_steps``: linear, or cosine (RPD's reference:
+    """constant, or decay of lambda to ``lambda_final`` over ``anneal_env_steps``: linear, or cosine (RPD's reference:
     lambda * (1 + cos(pi * fraction)) / 2)."""
     anneal_env_steps: int = ranged(0, ge=0, unit="env steps")
-    """The annealing horizon: lambda reaches ``lambda_final`` (0 by default) after this many env steps and stays there (RPD's reference:
-    ``max_ppd_anneal_steps``, apart from the run's length); 0: over the whole run (``run.total_env_steps``),
+    """The annealing horizon: lambda reaches ``lambda_final`` after this many env steps and stays there
+    (RPD's reference: ``max_ppd_anneal_steps``, apart from the run's length); 0: over the whole run (``run.total_env_steps``),
     which a run stopped earlier by ``run.max_minutes`` never reaches. Range: >= 0 env steps."""
     lambda_final: float = ranged(0.0, ge=0)
-    """Where a linear or cosine anneal ends and then stays (default 0, the reference). A floor above 0 keeps
-    a weak pull on after the horizon: measured on PushCube rgb, a CNN student at 0.23 kept 0.22-0.26 over
-    20k more env steps with lambda held at 0.25, where PPO alone swung to 0.02 and back to 0.18. At most
-    ``lambda_``; only with ``anneal`` linear or cosine. Range: >= 0."""
+    """Where a linear or cosine anneal ends and then stays (default 0, the reference); a floor above 0 keeps
+    a weak pull on after the horizon (measured in docs/results/cpu.md). At most ``lambda_``; only with
+    ``anneal`` linear or cosine. Range: >= 0."""
     distance: Literal["mse", "l1", "nll", "kl"] = "mse"
     """How far the student is from the teacher's action (see the module docstring)."""
     teacher_samples: int = ranged(10, ge=2)
