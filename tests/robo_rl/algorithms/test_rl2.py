@@ -415,7 +415,9 @@ def test_online_log_probs_reach_only_the_head_and_only_through_gated_rows():
     with torch.no_grad():
         batched = torch.cat([s.online_log_prob(o, x) for o, x, _, _ in batches])
         single = torch.cat([s.online_log_prob(c["obs"], c["extras"]) for c in calls])
-    torch.testing.assert_close(batched, single, atol=1e-5, rtol=0)
+    # float32 kernels differ with the batch size (1.8e-3 on a log-prob of ~6.4 seen on an AMD EPYC); a
+    # grouping error would mix rows and differ by whole nats
+    torch.testing.assert_close(batched, single, atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(torch.cat([b[2] for b in batches]), out.log_prob)
 
 
