@@ -82,6 +82,25 @@ class RPDConfig(PPOConfig):
                               "(a constant lambda never moves); set algo.anneal, or algo.lambda_ alone for a constant pull")
 
 
+def copy_r2(student: torch.Tensor, teacher: torch.Tensor, eps: float = 1e-10) -> torch.Tensor | None:
+    """How much of the teacher's action variation the student reproduces, scale-free: per action dimension
+    over the batch, 1 - mean((student - teacher)^2) / var(teacher), averaged over the dimensions the teacher
+    varies in (a constant one, e.g. a gripper held shut, has no variance to explain). 1 is a perfect copy,
+    0 no better than the teacher's batch mean, below 0 worse. ``student``, ``teacher`` (B, ..., A); None
+    when the teacher varies in no dimension. The raw distance alone hides this: joint deltas of a few
+    hundredths give a small MSE whatever the student does."""
+    s = student.detach().reshape(-1, student.shape[-1]).double()
+    t = teacher.detach().reshape(-1, teacher.shape[-1]).to(s.device).double()
+    if t.shape[0] < 2:
+        return None
+    var = t.var(0, unbiased=False)
+    live = var > eps
+    if not bool(live.any()):
+        return None
+    r2 = 1.0 - ((s - t) ** 2).mean(0)[live] / var[live]
+    return r2.mean().float()
+
+
 class RPD(PPO):
     """PPO with a teacher-action term on every minibatch."""
 
@@ -144,6 +163,10 @@ class RPD(PPO):
             target = self.teacher_targets(teacher_actions, self._student_shape)
             log_prob, _, _ = self.policy.evaluate(obs, self.policy.extras_for_actions(obs, target))
             return -log_prob.mean()
+        return self._distance_and_fit(obs, teacher_actions)[0]
+
+    def _distance_and_fit(self, obs: dict[str, Any], teacher_actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``distance`` for ``mse`` / ``l1``, with ``copy_r2`` of the student's deterministic actions."""
         student = self.policy.act(obs, deterministic=True).actions
         teacher_actions = self.teacher_targets(teacher_actions, tuple(student.shape[1:]))
         if torch.is_grad_enabled() and not student.requires_grad:
@@ -151,13 +174,19 @@ class RPD(PPO):
                               f"in the weights, but {type(self.policy).__name__} decodes discrete action tokens (the "
                               f"term would do nothing); use algo.distance: nll")
         diff = student - teacher_actions.to(student.dtype)
-        return (diff**2).mean() if self.cfg.distance == "mse" else diff.abs().mean()
+        d = (diff**2).mean() if self.cfg.distance == "mse" else diff.abs().mean()
+        return d, copy_r2(student.detach(), teacher_actions)
+
 
     def kl_to_teacher(self, obs: dict[str, Any], mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """(B,) KL(pi_student(.|s) || N(mean, std)) summed over action dimensions; ``mean``, ``std`` (B, A)."""
+        return self._kl_and_mean(obs, mean, std)[0]
+
+    def _kl_and_mean(self, obs: dict[str, Any], mean: torch.Tensor, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``kl_to_teacher`` and the student's mean action (B, A) it was taken from."""
         student = self.policy.action_distribution(obs)
         teacher = torch.distributions.Normal(mean.to(student.mean.dtype), std.to(student.mean.dtype))
-        return torch.distributions.kl_divergence(student, teacher).reshape(mean.shape[0], -1).sum(-1)
+        return torch.distributions.kl_divergence(student, teacher).reshape(mean.shape[0], -1).sum(-1), student.mean
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """PPO's update, with the teacher's actions (or, for ``kl``, its fitted Gaussian) on the batch's
@@ -199,15 +228,21 @@ class RPD(PPO):
             new_log_prob = mb.aux.get("new_log_prob")
             if new_log_prob is None:  # a minibatch from outside ``update``
                 new_log_prob = self.calls("evaluate", mb.obs, mb.extras)[0]
-            kl = self.kl_to_teacher(mb.obs, aux["teacher_mean"], aux["teacher_std"])
+            kl, student_mean = self._kl_and_mean(mb.obs, aux["teacher_mean"], aux["teacher_std"])
             if new_log_prob.shape != kl.shape:
                 raise ConfigError(f"config key 'algo.distance' = 'kl' needs one log-prob per state {tuple(kl.shape)}, "
                                   f"the student gives {tuple(new_log_prob.shape)}; use mse, l1 or nll")
             ratio = (new_log_prob - mb.log_prob).exp().clamp(min=1.0 - self.cfg.clip_coef)
             d = kl.mean()
-            return self.lam * (kl * ratio).mean(), {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
+            r2 = copy_r2(student_mean, aux["teacher_mean"])
+            stats = {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
+            return self.lam * (kl * ratio).mean(), stats | ({"teacher_r2": r2} if r2 is not None else {})
         teacher_actions = mb.aux.get("teacher_actions")
         if teacher_actions is None:  # a minibatch from outside ``update``
             teacher_actions = self._teacher_actions(mb.obs)
-        d = self.distance(mb.obs, teacher_actions)
-        return self.lam * d, {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
+        if self.cfg.distance == "nll":
+            d, r2 = self.distance(mb.obs, teacher_actions), None
+        else:
+            d, r2 = self._distance_and_fit(mb.obs, teacher_actions)
+        stats = {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
+        return self.lam * d, stats | ({"teacher_r2": r2} if r2 is not None else {})

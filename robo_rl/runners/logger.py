@@ -14,7 +14,7 @@ CSV_COLUMNS = (
     "eval/success_rate", "eval/ci_low", "eval/ci_high", "eval/return",
     "loss/policy_loss", "loss/value_loss", "loss/entropy", "loss/approx_kl", "loss/clip_frac",
     "loss/explained_variance", "loss/grad_norm", "loss/lr", "env/worker_restarts",
-    "loss/reverse_kl", "loss/teacher_distance", "loss/teacher_lambda",
+    "loss/reverse_kl", "loss/teacher_distance", "loss/teacher_lambda", "loss/teacher_r2",
     "loss/clip_frac_low", "loss/clip_frac_high", "rollout/groups", "rollout/informative_groups", "rollout/rounds",
     "loss/self_imitation",
 )

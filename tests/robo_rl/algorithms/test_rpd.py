@@ -405,3 +405,49 @@ def test_a_run_with_lambda_zero_does_not_load_its_teacher(tmp_path, monkeypatch,
     assert (tmp_path / "ppo-arm" / "metrics.csv").exists()
     train(cfg("rpd-arm", {"name": "rpd", "teacher": str(tmp_path / "teacher"), "lambda_": 0.5}))
     assert len(handed) == 1
+
+
+def test_copy_r2_against_hand_computed_values():
+    """Per dimension 1 - MSE / var(teacher), averaged over the dimensions the teacher varies in: a
+    constant gripper dimension is left out, a perfect copy is 1, the teacher's batch mean 0."""
+    from robo_rl.algorithms.rpd import copy_r2
+
+    teacher = torch.tensor([[0.0, 0.0, 1.0], [0.2, 1.0, 1.0], [0.4, 2.0, 1.0], [0.6, 3.0, 1.0]])
+    student = teacher.clone()
+    student[:, 0] = 0.3  # the teacher's mean in dim 0: R^2 0 there
+    student[:, 2] = -1.0  # far off in the constant dimension: ignored
+    # dim 1: errors (1, -1, 1, -1) -> MSE 1; var of (0, 1, 2, 3) = 1.25 -> 1 - 1 / 1.25 = 0.2
+    student[:, 1] = teacher[:, 1] + torch.tensor([1.0, -1.0, 1.0, -1.0])
+    assert float(copy_r2(student, teacher)) == pytest.approx((0.0 + 0.2) / 2, abs=1e-6)
+    assert float(copy_r2(teacher, teacher)) == pytest.approx(1.0)
+    # small actions, small MSE, and still worse than the mean: the raw distance hides what R^2 shows
+    small = 0.03 * teacher[:, :2]
+    wrong = small + 0.05 * torch.tensor([[1.0, -1.0], [-1.0, 1.0], [1.0, -1.0], [-1.0, 1.0]])
+    assert float(((wrong - small) ** 2).mean()) < 0.003 and float(copy_r2(wrong, small)) < -1.0
+    assert copy_r2(student[:, 2:], teacher[:, 2:]) is None  # nothing varies: nothing to explain
+    assert copy_r2(student[:1], teacher[:1]) is None
+
+
+@pytest.mark.parametrize("distance", ["mse", "kl"])
+def test_the_update_logs_how_well_the_student_copies(distance):
+    """``teacher_r2`` is logged next to the distance, and rises as the pull brings the student to a teacher
+    whose actions vary with the state."""
+
+    class LinearTeacher:
+        def act(self, obs, deterministic=False):
+            from robo_rl.contracts import PolicyOutput
+
+            return PolicyOutput(actions=0.5 * obs["state"][:, :2])
+
+    student = _mlp(0)
+    algo = RPD(RPDConfig(teacher="unused", lambda_=1.0, distance=distance, lr=1e-2, epochs=4, minibatches=2,
+                         target_kl=None, teacher_std_floor=0.05), student, generator=torch.Generator().manual_seed(1))
+    algo.set_teacher(LinearTeacher(), (2,), (2,))
+    from robo_rl.algorithms.rpd import copy_r2
+
+    batch = _batch(advantages=False)
+    with torch.no_grad():
+        untrained = copy_r2(student.act(batch.obs, deterministic=True).actions, 0.5 * batch.obs["state"][:, :2])
+    for _ in range(10):
+        last = algo.update(batch)["teacher_r2"]
+    assert float(untrained) < 0.1 and 0.9 < last <= 1.0
