@@ -242,6 +242,10 @@ class RPD(PPO):
             teacher_actions = self._teacher_actions(mb.obs)
         if self.cfg.distance == "nll":
             d, r2 = self.distance(mb.obs, teacher_actions), None
+            if isinstance(self.policy, GaussianActions):  # its mean is one cheap pass; a token VLA would decode
+                with torch.no_grad():
+                    mean = self.policy.action_distribution(mb.obs).mean
+                r2 = copy_r2(mean, self.teacher_targets(teacher_actions, tuple(mean.shape[1:])))
         else:
             d, r2 = self._distance_and_fit(mb.obs, teacher_actions)
         stats = {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}

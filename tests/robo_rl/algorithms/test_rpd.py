@@ -428,7 +428,7 @@ def test_copy_r2_against_hand_computed_values():
     assert copy_r2(student[:1], teacher[:1]) is None
 
 
-@pytest.mark.parametrize("distance", ["mse", "kl"])
+@pytest.mark.parametrize("distance", ["mse", "nll", "kl"])
 def test_the_update_logs_how_well_the_student_copies(distance):
     """``teacher_r2`` is logged next to the distance, and rises as the pull brings the student to a teacher
     whose actions vary with the state."""
