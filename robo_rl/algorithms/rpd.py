@@ -177,7 +177,6 @@ class RPD(PPO):
         d = (diff**2).mean() if self.cfg.distance == "mse" else diff.abs().mean()
         return d, copy_r2(student.detach(), teacher_actions)
 
-
     def kl_to_teacher(self, obs: dict[str, Any], mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """(B,) KL(pi_student(.|s) || N(mean, std)) summed over action dimensions; ``mean``, ``std`` (B, A)."""
         return self._kl_and_mean(obs, mean, std)[0]
@@ -234,9 +233,7 @@ class RPD(PPO):
                                   f"the student gives {tuple(new_log_prob.shape)}; use mse, l1 or nll")
             ratio = (new_log_prob - mb.log_prob).exp().clamp(min=1.0 - self.cfg.clip_coef)
             d = kl.mean()
-            r2 = copy_r2(student_mean, aux["teacher_mean"])
-            stats = {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
-            return self.lam * (kl * ratio).mean(), stats | ({"teacher_r2": r2} if r2 is not None else {})
+            return self.lam * (kl * ratio).mean(), self._stats(d, copy_r2(student_mean, aux["teacher_mean"]))
         teacher_actions = mb.aux.get("teacher_actions")
         if teacher_actions is None:  # a minibatch from outside ``update``
             teacher_actions = self._teacher_actions(mb.obs)
@@ -248,5 +245,9 @@ class RPD(PPO):
                 r2 = copy_r2(mean, self.teacher_targets(teacher_actions, tuple(mean.shape[1:])))
         else:
             d, r2 = self._distance_and_fit(mb.obs, teacher_actions)
-        stats = {"teacher_distance": d.detach(), "teacher_lambda": torch.tensor(self.lam)}
-        return self.lam * d, stats | ({"teacher_r2": r2} if r2 is not None else {})
+        return self.lam * d, self._stats(d, r2)
+
+    def _stats(self, distance: torch.Tensor, r2: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The logged teacher terms: distance, lambda, and ``teacher_r2`` where it was measured."""
+        stats = {"teacher_distance": distance.detach(), "teacher_lambda": torch.tensor(self.lam)}
+        return stats | ({"teacher_r2": r2} if r2 is not None else {})
