@@ -204,6 +204,7 @@ def test_blind_chunk_steps_equal_rendering_every_step(need_libero):
         blind.close()
 
 
+@pytest.mark.slow  # ~1 min here; the bench's ManiSkill run (test_blind_steps.py) and LIBERO's blind steps stay in the default run
 def test_bench_chunks_on_libero_prints_blind_every_step_and_raw(need_libero, tmp_path):
     import json
 

@@ -136,50 +136,48 @@ def rgb_demos(tmp_path_factory) -> Path:
     return delta
 
 
-def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, need_maniskill):
-    """The pi0 pipeline end to end at toy scale: flow-matching SFT on demo chunks from rgb, then PPO
-    (Flow-SDE) whose 3-step chunks run inside the VecEnv workers."""
+@pytest.fixture(scope="module")
+def pi0_runs(rgb_demos, tmp_path_factory) -> dict:
+    """The pi0 pipeline at toy scale, shared by the tests below: flow-matching SFT on the rgb demo chunks
+    (``sft/``), PPO from it (``ppo/``), a 4-episode RL^2 log of the SFT policy (``steer.npz``) and steering
+    heads fitted on it (``steering/``). Returns the directory and each command's parsed output."""
+    tmp = tmp_path_factory.mktemp("pi0")
     common = ["env.obs_mode=rgb", "env.image_size=32", "env.num_envs=2", "env.max_episode_steps=12",
-              "policy.arch=tiny", "policy.exec_steps=3", "policy.max_prompt_tokens=64", f"run.out_dir={tmp_path}",
+              "policy.arch=tiny", "policy.exec_steps=3", "policy.max_prompt_tokens=64", f"run.out_dir={tmp}",
               "run.progress=false", "run.video=false", "run.eval_num_envs=2"]
     proc = run_cli("train", "--json", "configs/pi0_small_sft_pickcube.yaml", *common, f"algo.dataset={rgb_demos}",
                    "algo.epochs=1", "algo.batch_size=16", "algo.log_every=2", "algo.image_shift=2", "run.max_minutes=null",
                    "run.final_eval_episodes=2", "run.name=sft")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout)
-    assert summary["gradient_steps"] >= 4 and summary["final_eval"]["episodes"] == 2
+    out = {"dir": tmp, "sft": json.loads(proc.stdout)}
     proc = run_cli("train", "--json", "configs/pi0_small_ppo_pickcube.yaml", *common, "run.total_env_steps=48",
                    "run.rollout_steps=4", "run.final_eval_episodes=0", "run.eval_every_steps=0",
-                   f"run.init_from={tmp_path / 'sft'}", "run.name=ppo")
+                   f"run.init_from={tmp / 'sft'}", "run.name=ppo")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_cli("steer", "collect", str(tmp / "sft"), "--episodes", "4", "--out", str(tmp / "steer.npz"), "--num-envs", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out["collect"] = json.loads(proc.stdout)
+    proc = run_cli("steer", "fit", str(tmp / "sft"), "--log", str(tmp / "steer.npz"), "--out", str(tmp / "steering"),
+                   "--steps", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out["fit"] = json.loads(proc.stdout)
+    return out
+
+
+def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(pi0_runs, need_maniskill):
+    """The pi0 pipeline end to end at toy scale: flow-matching SFT on demo chunks from rgb, then PPO
+    (Flow-SDE) whose 3-step chunks run inside the VecEnv workers; then RL^2 on the SFT policy: a rollout
+    log, steering heads fitted on it, evaluated steering every call, fine-tuned online; bad steering input
+    refused in one line."""
+    tmp_path = pi0_runs["dir"]
+    assert pi0_runs["sft"]["gradient_steps"] >= 4 and pi0_runs["sft"]["final_eval"]["episodes"] == 2
     rows = list(csv.DictReader(open(tmp_path / "ppo" / "metrics.csv")))
     assert rows and int(rows[-1]["env_steps"]) >= 48  # counted in control steps: 2 envs x 4 chunks x 3 steps per iteration
 
-    # RL^2 offline stage on the SFT policy: log rollouts, fit the steering heads, evaluate gated and off
+    # RL^2 offline stage on the SFT policy: log rollouts, fit the steering heads, evaluate them
     log = tmp_path / "steer.npz"
-    proc = run_cli("steer", "collect", str(tmp_path / "sft"), "--episodes", "4", "--out", str(log), "--num-envs", "2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout)["episodes"] == 4
-    proc = run_cli("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "steering"),
-                   "--steps", "10")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "auroc_train" in json.loads(proc.stdout)
-    # an exploring log (an action offset redrawn every call), pooled with the first for the mean head; the failure
-    # predictor on the plain log
-    explored = tmp_path / "explored.npz"
-    proc = cli_in_process("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--num-envs",
-                          "2", "--explore", "0.5", "--explore-per", "call")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["explore"] == 0.5, proc.stderr[-3000:]
-    proc = cli_in_process("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--explore", "-1")
-    assert proc.returncode == 2 and "--explore" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    proc = cli_in_process("steer", "fit", str(tmp_path / "sft"), "--log", str(log), str(explored), "--out",
-                          str(tmp_path / "steering_mean"), "--steps", "10", "--head", "mean", "--advantage", "gae",
-                          "--gae-lambda", "0.5", "--returns", "success", "--fail-log", str(log))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    fitted = json.loads(proc.stdout)  # the gate learns from the plain log alone
-    assert fitted["calls"] > 0 and len(fitted["log"]) == 2 and fitted["fail_log"] == [str(log)]
-    assert fitted["config"] | {"head": "mean", "advantage": "gae", "gae_lambda": 0.5, "returns": "success"} == fitted["config"]
-    proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering_mean"),
+    assert pi0_runs["collect"]["episodes"] == 4 and "auroc_train" in pi0_runs["fit"]
+    proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
                    "--episodes", "2", "--num-envs", "2", "--mode", "always")
     assert proc.returncode == 0 and json.loads(proc.stdout)["steered_fraction"] == 1.0, proc.stderr[-3000:]
     # 4 episodes: the held-out split is one episode, one class: --tau auto is refused before any training
@@ -188,18 +186,9 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
         proc = cli_in_process("steer", "fit", str(tmp_path / "sft"), "--log", str(log), "--out", str(tmp_path / "auto"), *bad)
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "auto").exists()
-    for mode, extra, steered, beta in (("gated", [], None, 1.0), ("off", [], 0.0, 1.0),
-                                       ("gated", ["--tau", "0", "--beta", "2.5"], 1.0, 2.5)):
-        out = tmp_path / f"steer_{mode}_{beta}.json"
-        proc = cli_in_process("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
-                              "--episodes", "2", "--num-envs", "2", "--mode", mode, "--out", str(out), *extra)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        res = json.loads(proc.stdout)
-        assert res["episodes"] == 2 and (steered is None or res["steered_fraction"] == steered) and res["beta"] == beta
-        assert json.loads(out.read_text()) == res  # --out holds what was printed
-    # the written files pair up: same seeds and --num-envs, so gated vs off is a paired comparison
-    proc = run_cli("compare", "--a", str(tmp_path / "steer_off_1.0.json"), "--b", str(tmp_path / "steer_gated_1.0.json"))
-    assert proc.returncode == 0 and json.loads(proc.stdout)["episodes"] == 2, proc.stderr[-2000:]
+    proc = cli_in_process("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(tmp_path / "e.npz"),
+                          "--explore", "-1")
+    assert proc.returncode == 2 and "--explore" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
     # bad steering input: one line each, before any rollout or fitting, and nothing of the user's overwritten
     (tmp_path / "mine").mkdir()
@@ -236,6 +225,65 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     proc = cli_in_process("steer", "fit", str(tmp_path / "ppo"), "--log", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
+    with np.load(log) as real:
+        calls = {k: real[k] for k in real.files}
+    # online RL^2: the steering head fine-tuned in the env; only the head's weights change
+    from safetensors.torch import load_file
+
+    proc = run_cli("steer", "online", sft, "--steering", str(tmp_path / "steering"), "--out", str(tmp_path / "online"),
+                   "--iterations", "1", "--episodes", "2", "--num-envs", "2", "--epochs", "1", "--lr", "0.01",
+                   "--tau", "0")  # p_fail > 0: every call steered
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    online = json.loads(proc.stdout)["online"]
+    assert len(online) == 1 and online[0]["steered_calls"] > 0
+    before, after = load_file(str(tmp_path / "steering" / "heads.safetensors")), load_file(str(tmp_path / "online" / "heads.safetensors"))
+    assert set(before) == set(after)
+    assert all(torch.equal(before[k], after[k]) for k in before if not k.startswith("head."))
+    # a log of another base policy (the PPO run's) is refused for this one, in one line
+    assert len(set(calls["base_id"].tolist())) == 1
+    proc = cli_in_process("steer", "fit", str(tmp_path / "ppo"), "--log", str(log), "--out", str(tmp_path / "other"))
+    assert proc.returncode == 2 and "was collected with another base policy" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.slow
+def test_pi0_steering_variants_end_to_end(pi0_runs, need_maniskill):
+    """RL^2's other steering choices through the CLI on the pi0 SFT policy: an exploring log pooled for the
+    mean head, the gated / off / forced-open modes and their paired comparison, the conformal gate (fitted,
+    steering, and watched with the base alone). Each piece has a unit test in test_rl2.py; this runs them
+    against a real env (~2 min more here)."""
+    tmp_path = pi0_runs["dir"]
+    log = tmp_path / "steer.npz"
+    # an exploring log (an action offset redrawn every call), pooled with the first for the mean head; the failure
+    # predictor on the plain log
+    explored = tmp_path / "explored.npz"
+    proc = cli_in_process("steer", "collect", str(tmp_path / "sft"), "--episodes", "2", "--out", str(explored), "--num-envs",
+                          "2", "--explore", "0.5", "--explore-per", "call")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["explore"] == 0.5, proc.stderr[-3000:]
+    proc = cli_in_process("steer", "fit", str(tmp_path / "sft"), "--log", str(log), str(explored), "--out",
+                          str(tmp_path / "steering_mean"), "--steps", "10", "--head", "mean", "--advantage", "gae",
+                          "--gae-lambda", "0.5", "--returns", "success", "--fail-log", str(log))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fitted = json.loads(proc.stdout)  # the gate learns from the plain log alone
+    assert fitted["calls"] > 0 and len(fitted["log"]) == 2 and fitted["fail_log"] == [str(log)]
+    assert fitted["config"] | {"head": "mean", "advantage": "gae", "gae_lambda": 0.5, "returns": "success"} == fitted["config"]
+    proc = run_cli("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering_mean"),
+                   "--episodes", "2", "--num-envs", "2", "--mode", "always")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["steered_fraction"] == 1.0, proc.stderr[-3000:]
+    for mode, extra, steered, beta in (("gated", [], None, 1.0), ("off", [], 0.0, 1.0),
+                                       ("gated", ["--tau", "0", "--beta", "2.5"], 1.0, 2.5)):
+        out = tmp_path / f"steer_{mode}_{beta}.json"
+        proc = cli_in_process("steer", "eval", str(tmp_path / "sft"), "--steering", str(tmp_path / "steering"),
+                              "--episodes", "2", "--num-envs", "2", "--mode", mode, "--out", str(out), *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        res = json.loads(proc.stdout)
+        assert res["episodes"] == 2 and (steered is None or res["steered_fraction"] == steered) and res["beta"] == beta
+        assert json.loads(out.read_text()) == res  # --out holds what was printed
+    # the written files pair up: same seeds and --num-envs, so gated vs off is a paired comparison
+    proc = run_cli("compare", "--a", str(tmp_path / "steer_off_1.0.json"), "--b", str(tmp_path / "steer_gated_1.0.json"))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["episodes"] == 2, proc.stderr[-2000:]
+
+    sft = str(tmp_path / "sft")
     # the conformal gate: a log of 36 episodes (the real log's calls re-labelled: every fourth episode failed),
     # bands calibrated on the successes of 9 held-out episodes at alpha 0.25 and reported on the other 9
     with np.load(log) as real:
@@ -258,23 +306,6 @@ def test_pi0_flow_sft_then_ppo_with_chunks_in_maniskill(rgb_demos, tmp_path, nee
     assert proc.returncode == 0, proc.stderr[-3000:]
     off = json.loads(proc.stdout)
     assert off["steered_fraction"] == 0.0 and len(sum(off["gate_monitor"]["episode_excursion"], [])) == 2
-    # online RL^2: the conformal-gated head fine-tuned in the env; only the head's weights change
-    from safetensors.torch import load_file
-
-    proc = run_cli("steer", "online", sft, "--steering", str(tmp_path / "steering"), "--out", str(tmp_path / "online"),
-                   "--iterations", "1", "--episodes", "2", "--num-envs", "2", "--epochs", "1", "--lr", "0.01",
-                   "--tau", "0")  # p_fail > 0: every call steered
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    online = json.loads(proc.stdout)["online"]
-    assert len(online) == 1 and online[0]["steered_calls"] > 0
-    before, after = load_file(str(tmp_path / "steering" / "heads.safetensors")), load_file(str(tmp_path / "online" / "heads.safetensors"))
-    assert set(before) == set(after)
-    assert all(torch.equal(before[k], after[k]) for k in before if not k.startswith("head."))
-    # a log of another base policy (the PPO run's) is refused for this one, in one line
-    assert len(set(calls["base_id"].tolist())) == 1
-    proc = cli_in_process("steer", "fit", str(tmp_path / "ppo"), "--log", str(log), "--out", str(tmp_path / "other"))
-    assert proc.returncode == 2 and "was collected with another base policy" in proc.stderr, proc.stderr[-2000:]
-    assert not (tmp_path / "other").exists()
 
 
 def test_keep_best_val_saves_the_lowest_validation_nll(bc_config, tmp_path, need_maniskill):

@@ -134,8 +134,7 @@ def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniski
     (["env.num_envs=two"], "'env.num_envs' = 'two' has the wrong type"),
     (["env.name=manyskill"], "unknown env 'manyskill': did you mean 'maniskill'"),
     (["policy.name=mpl"], "unknown policy 'mpl': did you mean 'mlp'"),
-    (["env.extra.robot_uids=panda_wristcm"], "'env.extra.robot_uids' = 'panda_wristcm' is not a ManiSkill robot; did you mean panda_wristcam"),
-    (["env.control_mode=pd_joint_bogus"], "'env.control_mode' = 'pd_joint_bogus' is not a controller of PushCube-v1's robot: ["),
+    (["env.control_mode=pd_joint_bogus", "env.num_envs=1"], "'env.control_mode' = 'pd_joint_bogus' is not a controller of PushCube-v1's robot: ["),
 ])
 def test_bad_config_is_one_line(extra, fragment, tmp_path):
     err = _one_line_error(run_cli("train", "--json", "configs/quickstart.yaml", *extra, f"run.out_dir={tmp_path}", timeout=120))

@@ -60,7 +60,9 @@ def test_pipelined_collection_equals_the_serial_loop(need_maniskill, env_kw):
         assert np.isfinite(b.advantages.numpy()).all()
 
 
-@pytest.mark.parametrize("scenes", [False, True], ids=["single-env", "scene-workers"])
+# over batched-scene workers with -m slow: their collection is checked against the serial loop below, and
+# test_bench_scale_drives_envs_with_the_vla benches them with the VLA
+@pytest.mark.parametrize("scenes", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["single-env", "scene-workers"])
 def test_bench_rollout_prints_both_ratios(need_maniskill, scenes):
     import os
 
