@@ -1,6 +1,6 @@
 """Contract test over every registered ManiSkill3 task: each either satisfies the VecEnv/single-env
 contract on this machine (offline) or fails at once with a clear one-line SimulatorUnavailable (the tasks
-the platform relies on in the default run, all of them with ``-m slow``)."""
+the platform relies on in the default run, all of them with ``-m slow``: ~2 min more here)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ MUST_WORK = {"PickCube-v1", "PushCube-v1", "StackCube-v1", "PullCube-v1", "PegIn
 
 
 @pytest.mark.maniskill
-# the tasks the platform relies on in every run; the sweep over all the others (~2 min here) with -m slow
 @pytest.mark.parametrize("task", [t if t in MUST_WORK else pytest.param(t, marks=pytest.mark.slow) for t in TASKS])
 def test_task_contract_or_clear_unavailable(task, need_maniskill):
     from sims.maniskill.env import ManiSkillConfig, ManiSkillSingleEnv
