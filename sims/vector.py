@@ -1,7 +1,8 @@
 """Subprocess vector env shared by every simulator.
 
-Each worker process (``spawn`` start method: fork deadlocks once torch/SAPIEN/GL are loaded) owns
-one single env built by a picklable factory. The parent sends all actions, then gathers all results,
+Each worker process owns one single env (or one batched scene) built by a picklable factory. Workers
+start by ``spawn`` or from a ``forkserver`` that preloaded the simulator (``sims.procs``); never by a
+plain fork of the parent, which deadlocks once torch/SAPIEN/GL are loaded there. The parent sends all actions, then gathers all results,
 so the workers step in parallel. Auto-reset happens inside the worker, per the VecEnv contract:
 a finished env returns the first obs of its next episode and ``final_obs`` carries its last one.
 
@@ -12,7 +13,6 @@ A worker that dies (crash, SIGKILL) or exceeds ``step_timeout`` is replaced; its
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
@@ -23,6 +23,7 @@ import numpy as np
 from robo_rl.affinity import check_cpus
 from robo_rl.contracts import ArraySpec, Observation, StepResult
 from robo_rl.errors import ConfigError, RoboRLError, SimulatorUnavailable
+from sims.procs import launch_env, worker_context
 from sims.shm import SharedArrays, vec_env_layout
 from sims.worker import (
     EnvFactory,
@@ -62,17 +63,20 @@ class SubprocVecEnv:
         worker_cpus: CPU ids every worker process is pinned to (None: the parent's mask). Giving
             the env workers cores of their own, and the policy the rest (``robo_rl.affinity.pin_process``), is what
             lets pipelined collection overlap env steps with policy compute on a CPU machine.
+        start_method: ``spawn`` or ``forkserver`` (workers forked from a server that imported ``preload``
+            once; see ``sims.procs``).
     """
 
     def __init__(self, factories: list[EnvFactory], step_timeout: float = 60.0, start_timeout: float = 180.0,
                  worker_env: dict[str, str] | None = None, start_method: str = "spawn",
-                 envs_per_worker: int = 1, worker_cpus: tuple[int, ...] | None = None) -> None:
+                 envs_per_worker: int = 1, worker_cpus: tuple[int, ...] | None = None,
+                 preload: tuple[str, ...] = ()) -> None:
         if not factories:
             raise RoboRLError("SubprocVecEnv needs at least one env factory (num_envs >= 1)")
         if envs_per_worker < 1:
             raise RoboRLError(f"envs_per_worker = {envs_per_worker} must be >= 1")
         self._cpus = None if worker_cpus is None else check_cpus(worker_cpus, "env.worker_cpus")
-        self._ctx = mp.get_context(start_method)
+        self._ctx = worker_context(start_method, preload)
         self._worker_env = dict(worker_env or {})
         self.step_timeout = step_timeout
         self.start_timeout = start_timeout
@@ -133,8 +137,9 @@ class SubprocVecEnv:
     def _spawn(self, w: int) -> _Worker:
         parent, child = self._ctx.Pipe()
         rows = self._rows[w]
+        env, whole_env, cpus = launch_env(self._ctx, self._worker_env, self._cpus)
         proc = self._ctx.Process(target=_worker,
-                                 args=(child, self._worker_factories[w], rows, self._worker_env, self._cpus),
+                                 args=(child, self._worker_factories[w], rows, env, cpus, whole_env),
                                  daemon=True, name=f"robo-rl-env-worker-{w}")
         proc.start()
         child.close()

@@ -225,10 +225,11 @@ def _reply(conn: Any, msg: tuple) -> bool:
 
 
 def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env: dict[str, str],
-            cpus: tuple[int, ...] | None = None) -> None:
+            cpus: tuple[int, ...] | None = None, whole_env: bool = False) -> None:
     """Worker loop hosting ``len(rows)`` envs (env j writes shm row ``rows[j]``), stepped in turn.
     ``cpus``: pin this process to these CPU ids first, so every thread the simulator starts later
-    (physics, llvmpipe) inherits the mask. Messages: ("attach", layouts) once, then
+    (physics, llvmpipe) inherits the mask. ``whole_env``: ``worker_env`` is the whole environment (a worker
+    forked from a fork server takes its parent's, not the server's). Messages: ("attach", layouts) once, then
     ("step"|"reset"|"render"|"close", data). Replies are ("ok", small payload per env) or
     ("error", one line, traceback)."""
     # the parent owns this process's lifetime (it closes the pipe): a Ctrl-C at the terminal reaches the whole
@@ -236,6 +237,8 @@ def _worker(conn: Any, factories: list[EnvFactory], rows: list[int], worker_env:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
+    if whole_env:
+        os.environ.clear()
     os.environ.update(worker_env)
     try:
         import torch

@@ -422,6 +422,12 @@ def render_backends(cfg: ManiSkillConfig) -> list[str]:
     return ["cpu" if d is None else f"gpu:{d}" for d in devices]
 
 
+def _start(gpu: bool) -> dict[str, Any]:
+    """How the env workers start: CPU workers fork from a server that imported ManiSkill once (~4.4 s saved
+    per worker, 2-core AMD EPYC); GPU scene workers spawn, so none can inherit a process that touched CUDA."""
+    return {"start_method": "spawn"} if gpu else {"start_method": "forkserver", "preload": ("sims.maniskill.preload",)}
+
+
 def cuda_available() -> bool:
     try:
         import torch
@@ -465,7 +471,7 @@ class ManiSkillVecEnv(VecEnvWrapper):
             factories = scene_factories(cfg, use_gpu, render)
             self.render_backends = [f.render_backend or "cpu" for f in factories for _ in range(f.num_envs)]
             self._impl = SubprocVecEnv(factories, step_timeout=cfg.step_timeout, worker_cpus=cfg.worker_cpus,
-                                       worker_env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                       **_start(use_gpu), worker_env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                                                    "LP_NUM_THREADS": render_threads(len(factories), cfg.worker_cpus)})
         else:
             workers = -(-cfg.num_envs // cfg.envs_per_worker)
@@ -474,6 +480,7 @@ class ManiSkillVecEnv(VecEnvWrapper):
             self.render_backends = render_backends(cfg)
             self._impl = SubprocVecEnv([_Factory(cfg, render, rb) for rb in self.render_backends],
                                        step_timeout=cfg.step_timeout, worker_env=worker_env,
-                                       envs_per_worker=cfg.envs_per_worker, worker_cpus=cfg.worker_cpus)
+                                       envs_per_worker=cfg.envs_per_worker, worker_cpus=cfg.worker_cpus,
+                                       **_start(False))
         self.obs_spec = self._impl.obs_spec
         self.action_spec = self._impl.action_spec

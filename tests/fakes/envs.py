@@ -51,6 +51,15 @@ class CountingEnv:
         pass
 
 
+class ProcessProbeEnv(CountingEnv):
+    """A CountingEnv whose instruction reports the process it runs in: ``ROBO_RL_PROBE`` from its environment
+    and its CPU mask, as "value|0,1"."""
+
+    def _obs(self) -> dict:
+        cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        return {**super()._obs(), "instruction": f"{os.environ.get('ROBO_RL_PROBE')}|{cpus}"}
+
+
 class CountingBatch:
     """``num_envs`` CountingEnv rows in one batched "scene" (the BatchEnv protocol, no auto-reset): row j's
     state = [episode step, seed]; a row keeps counting after its episode ended until ``reset_rows``, as a GPU

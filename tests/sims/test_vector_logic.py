@@ -3,11 +3,13 @@ final_obs, non-array obs entries, info extras, crash and hang recovery."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from sims.vector import SubprocVecEnv
-from tests.fakes.envs import CountingEnv
+from tests.fakes.envs import CountingEnv, ProcessProbeEnv
 
 
 @pytest.fixture
@@ -15,6 +17,33 @@ def venv():
     env = SubprocVecEnv([CountingEnv, CountingEnv], step_timeout=3.0)
     yield env
     env.close()
+
+
+def test_forkserver_workers_start_with_the_parents_environment_and_cpu_mask_of_now(monkeypatch):
+    """The fork server keeps the environment and CPU mask it started with; a worker forked from it later (and its
+    replacement) must see the parent's current ones, as a spawned worker does."""
+    SubprocVecEnv([CountingEnv], start_method="forkserver").close()  # the server runs from here on
+    monkeypatch.setenv("ROBO_RL_PROBE", "set-after-the-server-started")
+    mask = os.sched_getaffinity(0)
+    first = min(mask)
+    os.sched_setaffinity(0, {first})
+    try:
+        env = SubprocVecEnv([ProcessProbeEnv], start_method="forkserver", step_timeout=3.0)
+    finally:
+        os.sched_setaffinity(0, mask)
+    try:
+        want = [f"set-after-the-server-started|{first}"]
+        assert env.reset(seed=0)[0]["instruction"] == want
+        res = env.step(np.array([[0, 0, 1]], np.float32))  # kills the worker: its replacement takes the mask of now
+        assert res.info["worker_restarted"].tolist() == [True]
+        assert res.obs["instruction"] == [f"set-after-the-server-started|{','.join(map(str, sorted(mask)))}"]
+    finally:
+        env.close()
+
+
+def test_unknown_start_method_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="start method 'fork' is not one of spawn, forkserver"):
+        SubprocVecEnv([CountingEnv], start_method="fork")
 
 
 def test_reset_seeds_and_strings(venv):
