@@ -9,6 +9,8 @@ long as the process that started it; it is shared by every vector env of that pr
 
 A forked worker would see the server's environment and CPU mask (those of the moment the server
 started); ``launch_env`` hands it the parent's current ones, so it starts as a spawned worker would.
+What a preloaded module read from the environment on import (ManiSkill's ``MS_ASSET_DIR``) keeps the
+value of the server's start: set such variables before the first env of the process starts.
 """
 
 from __future__ import annotations
