@@ -184,7 +184,7 @@ def _half_size(m: object, g: int) -> np.ndarray:
 
 def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_size: int = 128,
              only_success: bool = False, max_attempts: int | None = None, fast_render: bool = False,
-             init_states: str = "official", frame_every: int = 1,
+             init_states: str = "official", frame_every: int = 1, max_steps: int | None = None,
              on_episode: Callable[[Episode, bool], None] | None = None) -> Iterator[Episode]:
     """Yield scripted-expert episodes, init states seed, seed+1, ... (official LIBERO init states).
 
@@ -194,12 +194,13 @@ def generate(suite: str, task_index: int, episodes: int, seed: int = 0, image_si
     the states a policy is evaluated on). ``fast_render`` records the cheaper images of ``LiberoConfig.fast_render`` (train and evaluate the same way).
     ``frame_every`` k > 1 renders the cameras at steps 0, k, 2k, ... only (``Episode.frame_steps``; the other
     steps run blind, state only: the expert needs no images), the frames equal to rendering every step.
+    ``max_steps``: each attempt's time limit (None: the suite's evaluation length).
     """
     if frame_every < 1:
         raise ValueError(f"frame_every must be >= 1; got {frame_every}")
     limit = max_attempts or (episodes * 3 if only_success else episodes)
     env = LiberoSingleEnv(LiberoConfig(suite=suite, image_size=image_size, fast_render=fast_render,
-                                       init_states=init_states), task_index)
+                                       init_states=init_states, max_episode_steps=max_steps), task_index)
     kept = 0
     try:
         for k in range(limit):
