@@ -357,9 +357,9 @@ def test_ranged_field_in_a_new_config():
 
 def test_dry_run_refuses_before_building_anything():
     """`robo-rl train --dry-run` parses with the same checks: one line, no traceback, nothing built."""
-    from tests.conftest import run_cli
+    from tests.conftest import cli_in_process
 
-    proc = run_cli("train", "--json", "configs/quickstart.yaml", "algo.lr=nan", "run.seed=-1", "--dry-run", timeout=120)
+    proc = cli_in_process("train", "--json", "configs/quickstart.yaml", "algo.lr=nan", "run.seed=-1", "--dry-run")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "config key 'algo.lr' = nan: must be a finite number > 0" in lines[0], (

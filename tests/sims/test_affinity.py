@@ -71,14 +71,14 @@ def test_maniskill_workers_run_on_their_cpus_and_so_does_a_replacement(need_mani
 
 
 def test_bad_cpu_ids_fail_in_one_line_before_a_run_directory_exists(tmp_path):
-    from tests.conftest import run_cli
+    from tests.conftest import cli_in_process
 
     out = tmp_path / "runs"
     bad = max(ALLOWED) + 100
-    proc = run_cli("train", "--json", "configs/quickstart.yaml", f"run.out_dir={out}", f"env.worker_cpus=[{bad}]")
+    proc = cli_in_process("train", "--json", "configs/quickstart.yaml", f"run.out_dir={out}", f"env.worker_cpus=[{bad}]")
     assert proc.returncode != 0
     assert f"config key 'env.worker_cpus' = [{bad}] names CPUs [{bad}]" in proc.stderr
-    proc = run_cli("train", "--json", "configs/quickstart.yaml", f"run.out_dir={out}", f"run.policy_cpus=[{ALLOWED[0]}]")
+    proc = cli_in_process("train", "--json", "configs/quickstart.yaml", f"run.out_dir={out}", f"run.policy_cpus=[{ALLOWED[0]}]")
     assert proc.returncode != 0 and "'run.policy_cpus' needs 'env.worker_cpus' as well" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not out.exists()

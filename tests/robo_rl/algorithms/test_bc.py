@@ -73,11 +73,11 @@ def _obs_stats(run_dir: Path) -> dict:
 
 
 def test_bc_control_mode_mismatch_is_one_line(bc_config, tmp_path, need_maniskill):
-    proc = run_cli("train", "--json", bc_config, "env.control_mode=pd_joint_delta_pos", f"run.out_dir={tmp_path}")
+    proc = cli_in_process("train", "--json", bc_config, "env.control_mode=pd_joint_delta_pos", f"run.out_dir={tmp_path}")
     assert proc.returncode == 2
     assert "robo-rl: error: the demonstrations' actions are 'pd_joint_pos' but env.control_mode is 'pd_joint_delta_pos'" in proc.stderr
     # demos of the task's own robot, trained on the wrist-camera Panda: the other cameras, refused
-    proc = run_cli("train", "--json", bc_config, "env.extra={robot_uids: panda_wristcam}", f"run.out_dir={tmp_path}")
+    proc = cli_in_process("train", "--json", bc_config, "env.extra={robot_uids: panda_wristcam}", f"run.out_dir={tmp_path}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert ("robo-rl: error: the demonstrations were recorded with robot the task default but env.extra.robot_uids "
             "is panda_wristcam; remove env.extra.robot_uids") in proc.stderr
@@ -330,13 +330,13 @@ def test_eval_every_does_not_wait_for_log_every_and_an_empty_train_split_is_one_
     evals = [int(r["iteration"]) for r in rows if r["eval/success_rate"]]
     steps = json.loads(proc.stdout)["gradient_steps"]
     assert evals == list(range(2, steps + 1, 2)) and steps >= 4
-    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft2", "algo.val_fraction=0.9")
+    proc = cli_in_process("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft2", "algo.val_fraction=0.9")
     assert proc.returncode == 2 and "leaves no training episode of the 3" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
 
 def test_image_shift_on_state_observations_is_one_line(bc_config, tmp_path, need_maniskill):
-    proc = run_cli("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.image_shift=4")
+    proc = cli_in_process("train", "--json", bc_config, f"run.out_dir={tmp_path}", "run.name=sft", "algo.image_shift=4")
     assert proc.returncode == 2 and "algo.image_shift" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "sft").exists()
 

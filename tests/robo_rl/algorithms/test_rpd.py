@@ -17,7 +17,7 @@ from robo_rl.batch import RolloutBatch
 from robo_rl.config import from_dict
 from robo_rl.contracts import ArraySpec
 from robo_rl.errors import ConfigError
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process, run_cli
 
 OBS = {"state": ArraySpec((4,), "float32")}
 ACT = ArraySpec((2,), "float32", -1.0, 1.0)
@@ -119,7 +119,7 @@ def test_rpd_and_opd_runs_load_their_teacher_from_a_run_directory(tmp_path, need
     assert "teacher policy from" in proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["env_steps"] >= 64
-    proc = run_cli("train", "--json", *base, "algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}",
+    proc = cli_in_process("train", "--json", *base, "algo.name=rpd", f"algo.teacher={tmp_path / 'teacher'}",
                    "env.control_mode=pd_ee_delta_pos", "run.name=bad")
     assert proc.returncode != 0
     assert "teacher outputs actions of shape (8,) but the student (4,)" in proc.stderr.strip().splitlines()[-1]

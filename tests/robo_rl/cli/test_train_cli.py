@@ -78,8 +78,8 @@ def test_eval_overrides_change_the_env_and_are_checked(trained_run, need_maniski
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["episodes"] == 2 and 0.0 < out["mean_return"] <= 3.0
-    assert "env.* and policy.*" in _one_line_error(run_cli("eval", str(trained_run), "--no-video", "algo.lr=1"))
-    assert "bogus" in _one_line_error(run_cli("eval", str(trained_run), "--no-video", "env.bogus=1"))
+    assert "env.* and policy.*" in _one_line_error(cli_in_process("eval", str(trained_run), "--no-video", "algo.lr=1"))
+    assert "bogus" in _one_line_error(cli_in_process("eval", str(trained_run), "--no-video", "env.bogus=1"))
 
 
 def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniskill):
@@ -137,13 +137,13 @@ def test_kill_and_resume_keeps_config_and_continues_steps(tmp_path, need_maniski
     (["env.control_mode=pd_joint_bogus", "env.num_envs=1"], "'env.control_mode' = 'pd_joint_bogus' is not a controller of PushCube-v1's robot: ["),
 ])
 def test_bad_config_is_one_line(extra, fragment, tmp_path):
-    err = _one_line_error(run_cli("train", "--json", "configs/quickstart.yaml", *extra, f"run.out_dir={tmp_path}", timeout=120))
+    err = _one_line_error(cli_in_process("train", "--json", "configs/quickstart.yaml", *extra, f"run.out_dir={tmp_path}"))
     assert fragment in err
     assert not any(tmp_path.iterdir())  # no run dir created for a bad config
 
 
 def test_unwritable_run_dir_is_one_line():
-    err = _one_line_error(run_cli("train", "--json", "configs/quickstart.yaml", "run.out_dir=/proc/robo-rl-nope", timeout=120))
+    err = _one_line_error(cli_in_process("train", "--json", "configs/quickstart.yaml", "run.out_dir=/proc/robo-rl-nope"))
     assert "cannot write run directory" in err
 
 
@@ -160,9 +160,9 @@ def test_corrupt_checkpoint_on_eval_and_resume(trained_run, tmp_path, need_manis
     ckpt = run / "checkpoints" / "step_0000000064"
     (ckpt / "model.safetensors").write_bytes(b"\x01\x02corrupt")
     metrics_before = (run / "metrics.csv").read_bytes()
-    err = _one_line_error(run_cli("eval", str(run), "--episodes", "1", "--no-video"))
+    err = _one_line_error(cli_in_process("eval", str(run), "--episodes", "1", "--no-video"))
     assert "corrupt" in err
-    err = _one_line_error(run_cli("train", "--json", "--resume", str(run)))
+    err = _one_line_error(cli_in_process("train", "--json", "--resume", str(run)))
     assert "corrupt" in err
     assert (run / "metrics.csv").read_bytes() == metrics_before
 
@@ -175,7 +175,7 @@ def test_mismatched_checkpoint_is_one_line(trained_run, tmp_path, need_maniskill
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg["policy"]["hidden"] = [32]
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    err = _one_line_error(run_cli("train", "--json", "--resume", str(run)))
+    err = _one_line_error(cli_in_process("train", "--json", "--resume", str(run)))
     assert "does not match this model" in err
 
 
@@ -210,13 +210,13 @@ def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path,
              "config algo.teacher '"),
             ("quickstart.yaml", [f"run.init_from={tmp_path / 'nope'}"], "config run.init_from '"),
             ("bc_mlp_pushcube_few.yaml", [f"algo.dataset={tmp_path / 'no.h5'}"], "config algo.dataset '")):
-        err = _one_line_error(run_cli("train", "--json", f"configs/{cfg}", *extra, f"run.out_dir={tmp_path / 'runs'}",
-                                      "run.name=x", timeout=120))
+        err = _one_line_error(cli_in_process("train", "--json", f"configs/{cfg}", *extra,
+                                             f"run.out_dir={tmp_path / 'runs'}", "run.name=x"))
         assert fragment in err and "does not exist" in err
         assert not (tmp_path / "runs").exists()
     (tmp_path / "not-a-run").mkdir()
-    err = _one_line_error(run_cli("train", "--json", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'not-a-run'}",
-                                  "run.init_from=null", f"run.out_dir={tmp_path / 'runs'}", timeout=120))
+    err = _one_line_error(cli_in_process("train", "--json", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'not-a-run'}",
+                                         "run.init_from=null", f"run.out_dir={tmp_path / 'runs'}"))
     assert "config key 'algo.teacher': no checkpoint found" in err and not (tmp_path / "runs").exists()
     proc = run_cli("train", "--json", "configs/opd_pushcube_state.yaml", f"algo.teacher={tmp_path / 'no-teacher'}",
                    "run.init_from=null", "env.worker_cpus=[998]", "run.policy_cpus=[999]", "--dry-run")
@@ -227,8 +227,8 @@ def test_missing_input_paths_stop_before_a_run_dir_exists(trained_run, tmp_path,
 
 
 def test_offline_runs_refuse_keys_they_would_ignore(tmp_path):
-    err = _one_line_error(run_cli("train", "--json", "configs/bc_mlp_pushcube_few.yaml", "run.pipeline=true",
-                                  f"run.out_dir={tmp_path}", timeout=120))
+    err = _one_line_error(cli_in_process("train", "--json", "configs/bc_mlp_pushcube_few.yaml", "run.pipeline=true",
+                                         f"run.out_dir={tmp_path}"))
     assert "'run.pipeline' does not apply to offline algorithm 'bc'" in err and not any(tmp_path.iterdir())
 
 
