@@ -32,6 +32,20 @@ def check_cpus(cpus: tuple[int, ...] | list[int], key: str) -> tuple[int, ...]:
     return ids
 
 
+def unpin_process() -> None:
+    """Give every thread of this process back the CPU mask it had before ``pin_process`` (a run that ends,
+    or is refused, leaves its caller as it found it)."""
+    global _unpinned
+    if _unpinned is None:
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), _unpinned)
+        except (ProcessLookupError, PermissionError):  # a thread that just ended
+            pass
+    _unpinned = None
+
+
 def pin_process(cpus: tuple[int, ...] | list[int], key: str = "run.policy_cpus") -> tuple[int, ...]:
     """Pin every thread of the calling process, and so every thread it starts later (torch's pool),
     to ``cpus``; returns the checked ids."""

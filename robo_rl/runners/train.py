@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from robo_rl import checkpoint as ckpt_io
-from robo_rl.affinity import pin_process
+from robo_rl.affinity import pin_process, unpin_process
 from robo_rl.build import build_algorithm, build_env, build_policy, check_model_size
 from robo_rl.capabilities import (
     GroupRollouts,
@@ -160,9 +160,18 @@ class Trainer:
 
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        """Train to the end (or a stop); with ``run.policy_cpus`` this process is pinned for the run and
+        given its CPU mask back after it, however it ends."""
+        if self.cfg.run.policy_cpus is None:
+            return self._setup_and_run()
+        pin_process(self.cfg.run.policy_cpus)
+        try:
+            return self._setup_and_run()
+        finally:
+            unpin_process()
+
+    def _setup_and_run(self) -> dict[str, Any]:
         cfg, rc = self.cfg, self.cfg.run
-        if rc.policy_cpus is not None:
-            pin_process(rc.policy_cpus)
         torch.set_num_threads(rc.torch_threads)
         self.device = resolve_device(rc.device)
         self._seed(rc.seed)

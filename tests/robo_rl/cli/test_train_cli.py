@@ -162,9 +162,11 @@ def test_corrupt_checkpoint_on_eval_and_resume(trained_run, tmp_path, need_manis
     metrics_before = (run / "metrics.csv").read_bytes()
     err = _one_line_error(cli_in_process("eval", str(run), "--episodes", "1", "--no-video"))
     assert "corrupt" in err
+    mask = os.sched_getaffinity(0)
     err = _one_line_error(cli_in_process("train", "--json", "--resume", str(run)))
     assert "corrupt" in err
     assert (run / "metrics.csv").read_bytes() == metrics_before
+    assert os.sched_getaffinity(0) == mask  # the run pinned this process (run.policy_cpus) and gave it back
 
 
 def test_mismatched_checkpoint_is_one_line(trained_run, tmp_path, need_maniskill):
