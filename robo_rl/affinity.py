@@ -36,14 +36,9 @@ def unpin_process() -> None:
     """Give every thread of this process back the CPU mask it had before ``pin_process`` (a run that ends,
     or is refused, leaves its caller as it found it)."""
     global _unpinned
-    if _unpinned is None:
-        return
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), _unpinned)
-        except (ProcessLookupError, PermissionError):  # a thread that just ended
-            pass
-    _unpinned = None
+    if _unpinned is not None:
+        _set_every_thread(_unpinned)
+        _unpinned = None
 
 
 def pin_process(cpus: tuple[int, ...] | list[int], key: str = "run.policy_cpus") -> tuple[int, ...]:
@@ -53,10 +48,14 @@ def pin_process(cpus: tuple[int, ...] | list[int], key: str = "run.policy_cpus")
     ids = check_cpus(cpus, key)
     if _unpinned is None:
         _unpinned = available_cpus()
-    for tid in os.listdir("/proc/self/task"):  # sched_setaffinity(0) would pin the calling thread only
+    _set_every_thread(ids)
+    return ids
+
+
+def _set_every_thread(cpus: tuple[int, ...]) -> None:
+    for tid in os.listdir("/proc/self/task"):  # sched_setaffinity(0) would set the calling thread only
         try:
-            os.sched_setaffinity(int(tid), ids)
+            os.sched_setaffinity(int(tid), cpus)
         except (ProcessLookupError, PermissionError):  # a thread that just ended
             pass
-    return ids
 

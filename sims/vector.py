@@ -2,8 +2,8 @@
 
 Each worker process owns one single env (or one batched scene) built by a picklable factory. Workers
 start by ``spawn`` or from a ``forkserver`` that preloaded the simulator (``sims.procs``); never by a
-plain fork of the parent, which deadlocks once torch/SAPIEN/GL are loaded there. The parent sends all actions, then gathers all results,
-so the workers step in parallel. Auto-reset happens inside the worker, per the VecEnv contract:
+plain fork of the parent, which deadlocks once torch/SAPIEN/GL are loaded there. The parent sends all
+actions, then gathers all results, so the workers step in parallel. Auto-reset happens inside the worker, per the VecEnv contract:
 a finished env returns the first obs of its next episode and ``final_obs`` carries its last one.
 
 A worker that dies (crash, SIGKILL) or exceeds ``step_timeout`` is replaced; its episode ends as
